@@ -1,0 +1,131 @@
+#!/bin/sh
+# Prepares the peer systems that bench/ttfc compares forkbox with: podman (with
+# runc) and bubblewrap, plus a podman image made from the same root filesystem
+# that forkbox's default template uses.
+#
+# Run as root. Idempotent: every step checks first and does nothing when its
+# result is already in place, so a second run takes well under a second.
+#
+# usage: bench/setup-peers.sh [--rootfs DIR] [--image NAME] [--reimport]
+#   --rootfs DIR   root filesystem to import (default: forkbox's default
+#                  template, else the development copy in /var/tmp/fbdev)
+#   --image NAME   podman image name (default localhost/forkbox-bench:latest)
+#   --reimport     replace the image even if it is up to date
+set -eu
+
+FORKBOX_ROOTFS=/var/lib/forkbox/templates/default/rootfs
+DEV_ROOTFS=/var/tmp/fbdev/rootfs
+IMAGE=localhost/forkbox-bench:latest
+CONF=/etc/containers/containers.conf
+ROOTFS=""
+REIMPORT=0
+
+say() { echo "setup-peers: $*"; }
+die() { echo "setup-peers: error: $*" >&2; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rootfs) [ $# -ge 2 ] || die "--rootfs needs a directory"; ROOTFS=$2; shift 2 ;;
+        --rootfs=*) ROOTFS=${1#--rootfs=}; shift ;;
+        --image) [ $# -ge 2 ] || die "--image needs a name"; IMAGE=$2; shift 2 ;;
+        --image=*) IMAGE=${1#--image=}; shift ;;
+        --reimport) REIMPORT=1; shift ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+
+[ "$(id -u)" -eq 0 ] || die "run as root"
+
+# 1. Packages.
+missing=""
+for p in podman runc bubblewrap; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+        missing="$missing $p"
+    fi
+done
+if [ -n "$missing" ]; then
+    say "installing:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    # shellcheck disable=SC2086
+    if ! apt-get install -y --no-install-recommends $missing; then
+        apt-get update
+        # shellcheck disable=SC2086
+        apt-get install -y --no-install-recommends $missing
+    fi
+else
+    say "packages present: podman runc bubblewrap"
+fi
+
+# 2. containers.conf: crun and podman's default ulimits fail on hosts with the
+# hybrid cgroup v1/v2 layout; an empty default_ulimits list avoids the latter.
+# Only the one key is added; everything else in the file is left alone.
+mkdir -p /etc/containers
+if [ ! -e "$CONF" ]; then
+    printf '[containers]\ndefault_ulimits = []\n' >"$CONF"
+    say "wrote $CONF"
+elif awk '
+        /^[[:space:]]*\[/ { sec = $0; gsub(/[[:space:]]/, "", sec) }
+        sec == "[containers]" && /^[[:space:]]*default_ulimits[[:space:]]*=/ { found = 1 }
+        END { exit !found }' "$CONF"; then
+    say "$CONF already sets default_ulimits"
+elif grep -q '^[[:space:]]*\[containers\][[:space:]]*$' "$CONF"; then
+    tmp=$(mktemp "$CONF.XXXXXX")
+    awk '{ print }
+         !done && /^[[:space:]]*\[containers\][[:space:]]*$/ { print "default_ulimits = []"; done = 1 }' \
+        "$CONF" >"$tmp"
+    chmod --reference="$CONF" "$tmp"
+    mv "$tmp" "$CONF"
+    say "added default_ulimits = [] to the [containers] table of $CONF"
+else
+    printf '\n[containers]\ndefault_ulimits = []\n' >>"$CONF"
+    say "appended a [containers] table to $CONF"
+fi
+
+# 3. The podman image, imported from the same rootfs forkbox uses.
+if [ -z "$ROOTFS" ]; then
+    if [ -d "$FORKBOX_ROOTFS" ]; then
+        ROOTFS=$FORKBOX_ROOTFS
+    elif [ -d "$DEV_ROOTFS" ]; then
+        ROOTFS=$DEV_ROOTFS
+        say "note: $FORKBOX_ROOTFS does not exist yet; using $DEV_ROOTFS"
+    else
+        die "no rootfs: neither $FORKBOX_ROOTFS nor $DEV_ROOTFS exists (use --rootfs)"
+    fi
+fi
+[ -d "$ROOTFS" ] || die "rootfs $ROOTFS is not a directory"
+[ -x "$ROOTFS/bin/echo" ] || [ -x "$ROOTFS/usr/bin/echo" ] || die "$ROOTFS has no echo binary"
+ROOTFS=$(cd "$ROOTFS" && pwd -P)
+
+# A cheap fingerprint of the rootfs: its path plus the change times of the
+# directory and of the package database. A rebuilt template changes it, and
+# bench/ttfc compares it to tell whether podman runs the same files as the rest.
+stamp() {
+    s=$(stat -c '%Z' "$ROOTFS")
+    if [ -e "$ROOTFS/var/lib/dpkg/status" ]; then
+        s="$s-$(stat -c '%Y-%s' "$ROOTFS/var/lib/dpkg/status")"
+    fi
+    echo "$s"
+}
+STAMP=$(stamp)
+
+if podman image exists "$IMAGE"; then
+    have_src=$(podman image inspect --format '{{ index .Labels "forkbox.bench.rootfs" }}' "$IMAGE" 2>/dev/null || true)
+    have_stamp=$(podman image inspect --format '{{ index .Labels "forkbox.bench.stamp" }}' "$IMAGE" 2>/dev/null || true)
+    if [ "$REIMPORT" -eq 0 ] && [ "$have_src" = "$ROOTFS" ] && [ "$have_stamp" = "$STAMP" ]; then
+        say "image $IMAGE is up to date (from $ROOTFS)"
+        exit 0
+    fi
+    say "replacing image $IMAGE (was from '${have_src:-unknown}', stamp '${have_stamp:-none}')"
+fi
+
+say "importing $ROOTFS as $IMAGE"
+# The dev copy of the rootfs may have mount points still in use elsewhere:
+# /proc, /sys and /dev content are supplied by every runtime anyway.
+tar -C "$ROOTFS" --numeric-owner --xattrs --one-file-system -c . |
+    podman import --quiet \
+        --change "LABEL forkbox.bench.rootfs=$ROOTFS" \
+        --change "LABEL forkbox.bench.stamp=$STAMP" \
+        - "$IMAGE" >/dev/null
+podman image exists "$IMAGE" || die "import of $IMAGE failed"
+say "imported $IMAGE"

@@ -1,0 +1,39 @@
+#!/bin/sh
+# Installs the Debian packages forkbox needs to build, run, test and benchmark.
+# Idempotent: only missing packages are installed, so a second run is fast.
+set -eu
+
+BUILD="meson ninja-build gcc pkgconf libmicrohttpd-dev libjansson-dev \
+libseccomp-dev libsqlite3-dev libarchive-dev libcurl4-gnutls-dev libcap-dev"
+RUN="debootstrap iproute2 ca-certificates"
+TEST="libcmocka-dev python3-pytest python3-requests clang-format"
+BENCH="podman runc bubblewrap"
+
+want="$BUILD $RUN"
+case "${1:-run}" in
+    run) ;;
+    test) want="$want $TEST" ;;
+    bench) want="$want $TEST $BENCH" ;;
+    all) want="$want $TEST $BENCH" ;;
+    *) echo "usage: $0 [run|test|bench|all]" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $want; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "forkbox: missing packages:$missing (run as root to install)" >&2
+        exit 1
+    fi
+    echo "forkbox: installing:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y --no-install-recommends $missing; then
+        apt-get update
+        apt-get install -y --no-install-recommends $missing
+    fi
+fi

@@ -1,0 +1,102 @@
+/* The HTTP API: one request state per HTTP request, handlers per route.
+ * libmicrohttpd stays behind this header: handlers see fb_req and return
+ * an MHD response built with the helpers below. */
+#ifndef FB_API_API_H
+#define FB_API_API_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "../common/error.h"
+#include "../core/core.h"
+
+#define FB_JSON_BODY_MAX (1u << 20)
+
+enum fb_body_mode {
+    FB_BODY_NONE,   /* no body expected (any body is refused with 400) */
+    FB_BODY_JSON,   /* buffered, at most FB_JSON_BODY_MAX */
+    FB_BODY_FILE,   /* streamed into a file in the sandbox as it arrives */
+    FB_BODY_SPOOL,  /* written to a private temp file on the host */
+};
+
+struct fb_api {
+    struct fb_core *core;
+    struct MHD_Daemon *unix_daemon, *tcp_daemon;
+};
+
+struct fb_req;
+typedef struct MHD_Response *(*fb_handler_fn)(struct fb_req *r, unsigned *status);
+
+struct fb_route {
+    const char *method;
+    const char *pattern; /* "/v1/sandboxes/{}/exec": {} matches one segment */
+    enum fb_body_mode body;
+    bool auth;
+    fb_handler_fn handler;
+};
+
+struct fb_req {
+    struct fb_api *api;
+    struct MHD_Connection *conn;
+    const struct fb_route *route;
+    char params[2][160]; /* path segments matched by {} */
+    char tenant[64];
+    bool started;
+    /* body */
+    char *body;
+    size_t body_len, body_cap;
+    long long received;
+    int spool_fd;
+    char spool_path[PATH_MAX];
+    int file_fd; /* init connection of a streaming file upload */
+    fb_error_t body_err; /* first error met while receiving the body */
+};
+
+/* Matches method and path (no query) to a route; fills r->params. */
+const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r, bool *path_known);
+
+/* Responses.  Every error body has the contract's shape. */
+struct MHD_Response *fb_resp_json(json_t *body);  /* steals body */
+struct MHD_Response *fb_resp_error(const fb_error_t e, unsigned *status);
+struct MHD_Response *fb_resp_error_new(enum fb_error_kind kind, unsigned *status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+struct MHD_Response *fb_resp_empty(void);
+
+/* Request helpers. */
+const char *fb_req_query(struct fb_req *r, const char *key);
+const char *fb_req_header(struct fb_req *r, const char *key);
+/* Parses the buffered JSON body: NULL body -> NULL (and 0); malformed -> -1. */
+int fb_req_json(struct fb_req *r, json_t **out, fb_error_t *err);
+
+/* Starts the listeners.  unix_path may be NULL, tcp may be NULL (off). */
+int fb_api_start(struct fb_api *api, struct fb_core *core, const char *unix_path, const char *tcp_host,
+                 uint16_t tcp_port, fb_error_t *err);
+void fb_api_stop(struct fb_api *api);
+
+/* Handlers, by file. */
+struct MHD_Response *fb_h_healthz(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_info(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_create(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_list(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_delete(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_ttl(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_files_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_files_put(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_files_delete(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_archive_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_archive_put(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_templates_list(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_template_import(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_template_delete(struct fb_req *r, unsigned *status);
+
+/* Opens the sandbox file for a streaming PUT on the first body chunk. */
+int fb_files_put_begin(struct fb_req *r, fb_error_t *err);
+
+#endif

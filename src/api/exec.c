@@ -1,0 +1,290 @@
+/* POST /v1/sandboxes/{id}/exec: buffered JSON or streamed NDJSON. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/cleanup.h"
+#include "../common/json_util.h"
+#include "../common/text.h"
+#include "../common/wire.h"
+#include "../core/exec.h"
+#include "api.h"
+
+static void exec_clearp(struct fb_exec_spec *s) { fb_exec_spec_clear(s); }
+
+struct outbuf {
+    char *data;
+    size_t len, cap;
+};
+
+static int outbuf_add(struct outbuf *b, const char *d, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *nb = realloc(b->data, cap);
+        if (nb == NULL)
+            return -ENOMEM;
+        b->data = nb;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, d, n);
+    b->len += n;
+    return 0;
+}
+
+/* Sets key (and key_b64 when not UTF-8) on obj from raw bytes. */
+static void set_text(json_t *obj, const char *key, const char *data, size_t len)
+{
+    if (fb_utf8_valid(data, len)) {
+        json_object_set_new(obj, key, json_stringn(data ? data : "", len));
+        return;
+    }
+    size_t ll = 0;
+    cleanup_free char *lossy = fb_utf8_lossy(data, len, &ll);
+    cleanup_free char *b64 = fb_base64_encode(data, len);
+    char k64[32];
+    snprintf(k64, sizeof k64, "%s_b64", key);
+    json_object_set_new(obj, key, lossy ? json_stringn(lossy, ll) : json_null());
+    json_object_set_new(obj, k64, b64 ? json_string(b64) : json_null());
+}
+
+static struct MHD_Response *exec_buffered(int fd, unsigned *status)
+{
+    struct outbuf out = {0}, errb = {0};
+    cleanup_error fb_error_t err = NULL;
+    struct MHD_Response *resp = NULL;
+    for (;;) {
+        struct fb_frame f;
+        if (fb_wire_recv(fd, &f) < 0) {
+            fb_error_set(&err, FB_ERR_UNAVAILABLE, 0, "the sandbox went away while the command ran");
+            resp = fb_resp_error(err, status);
+            break;
+        }
+        if (f.type == FB_MSG_STDOUT || f.type == FB_MSG_STDERR) {
+            outbuf_add(f.type == FB_MSG_STDOUT ? &out : &errb, f.data, f.len);
+            free(f.data);
+            continue;
+        }
+        cleanup_json json_t *res = NULL;
+        cleanup_error fb_error_t rerr = NULL;
+        int r = f.type == FB_MSG_RESULT ? 0 : -1;
+        json_t *j = NULL;
+        if (r == 0) {
+            j = fb_wire_frame_json(&f);
+            if (j && !json_is_true(json_object_get(j, "ok"))) {
+                const char *m = json_string_value(json_object_get(j, "error"));
+                fb_error_set(&rerr, FB_ERR_BAD_REQUEST, 0, "%s", m ? m : "exec failed");
+                r = -1;
+            }
+        }
+        free(f.data);
+        res = j;
+        if (r < 0 || res == NULL) {
+            if (rerr == NULL)
+                fb_error_set(&rerr, FB_ERR_INTERNAL, EPROTO, "malformed answer from sandbox init");
+            resp = fb_resp_error(rerr, status);
+            break;
+        }
+        json_object_del(res, "ok");
+        set_text(res, "stdout", out.data, out.len);
+        set_text(res, "stderr", errb.data, errb.len);
+        *status = 200;
+        resp = fb_resp_json(json_incref(res));
+        break;
+    }
+    free(out.data);
+    free(errb.data);
+    return resp;
+}
+
+/* Streaming state: one NDJSON line at a time from init's frames. */
+struct exec_stream {
+    int fd;
+    struct fb_frame first; /* read before the response started */
+    bool have_first, done;
+    char *line;
+    size_t line_len, line_off;
+    char carry[2][4];
+    size_t carry_len[2];
+};
+
+static char *event_line(json_t *ev)
+{
+    char *s = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    if (s == NULL)
+        return NULL;
+    size_t n = strlen(s);
+    char *l = realloc(s, n + 2);
+    if (l == NULL) {
+        free(s);
+        return NULL;
+    }
+    l[n] = '\n';
+    l[n + 1] = '\0';
+    return l;
+}
+
+/* Builds the event for one output chunk, holding back a trailing partial
+ * UTF-8 sequence so that characters split across chunks stay text. */
+static json_t *output_event(struct exec_stream *s, int which, const char *data, size_t len, bool flush)
+{
+    size_t total = s->carry_len[which] + len;
+    cleanup_free char *buf = malloc(total + 1);
+    if (buf == NULL)
+        return NULL;
+    memcpy(buf, s->carry[which], s->carry_len[which]);
+    memcpy(buf + s->carry_len[which], data, len);
+    size_t keep = flush ? total : fb_utf8_complete_prefix(buf, total);
+    s->carry_len[which] = total - keep;
+    memcpy(s->carry[which], buf + keep, s->carry_len[which]);
+    if (keep == 0)
+        return NULL;
+    json_t *ev = json_pack("{s:s}", "type", which == 0 ? "stdout" : "stderr");
+    if (fb_utf8_valid(buf, keep)) {
+        json_object_set_new(ev, "data", json_stringn(buf, keep));
+    } else {
+        cleanup_free char *b64 = fb_base64_encode(buf, keep);
+        json_object_set_new(ev, "data_b64", json_string(b64 ? b64 : ""));
+    }
+    return ev;
+}
+
+/* Next line to send, or NULL at the end. */
+static char *next_line(struct exec_stream *s)
+{
+    while (!s->done) {
+        struct fb_frame f;
+        if (s->have_first) {
+            f = s->first;
+            s->have_first = false;
+        } else if (fb_wire_recv(s->fd, &f) < 0) {
+            s->done = true;
+            return event_line(json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "unavailable",
+                                        "message", "the sandbox went away while the command ran"));
+        }
+        if (f.type == FB_MSG_STDOUT || f.type == FB_MSG_STDERR) {
+            json_t *ev = output_event(s, f.type == FB_MSG_STDOUT ? 0 : 1, f.data, f.len, false);
+            free(f.data);
+            if (ev != NULL)
+                return event_line(ev);
+            continue;
+        }
+        s->done = true;
+        json_t *res = f.type == FB_MSG_RESULT ? fb_wire_frame_json(&f) : NULL;
+        free(f.data);
+        /* flush held-back bytes first: they are ill-formed by now */
+        for (int w = 0; w < 2; w++) {
+            if (s->carry_len[w] > 0) {
+                json_t *ev = output_event(s, w, "", 0, true);
+                if (ev != NULL) {
+                    s->done = false;
+                    s->have_first = true;
+                    s->first.type = FB_MSG_RESULT;
+                    s->first.data = res ? json_dumps(res, JSON_COMPACT) : NULL;
+                    s->first.len = s->first.data ? (uint32_t)strlen(s->first.data) : 0;
+                    json_decref(res);
+                    return event_line(ev);
+                }
+            }
+        }
+        if (res == NULL || !json_is_true(json_object_get(res, "ok"))) {
+            const char *m = res ? json_string_value(json_object_get(res, "error")) : NULL;
+            json_t *ev = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "internal", "message",
+                                   m ? m : "malformed answer from sandbox init");
+            json_decref(res);
+            return event_line(ev);
+        }
+        json_object_del(res, "ok");
+        json_object_set_new(res, "type", json_string("exit"));
+        return event_line(res);
+    }
+    return NULL;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct exec_stream *s = cls;
+    if (s->line == NULL || s->line_off == s->line_len) {
+        free(s->line);
+        s->line = next_line(s);
+        if (s->line == NULL)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        s->line_len = strlen(s->line);
+        s->line_off = 0;
+    }
+    size_t n = s->line_len - s->line_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, s->line + s->line_off, n);
+    s->line_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    struct exec_stream *s = cls;
+    close(s->fd); /* a client that left mid-stream kills the command */
+    if (s->have_first)
+        free(s->first.data);
+    free(s->line);
+    free(s);
+}
+
+static bool wants_ndjson(struct fb_req *r)
+{
+    const char *accept = fb_req_header(r, "Accept");
+    return accept != NULL && strstr(accept, "application/x-ndjson") != NULL;
+}
+
+struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
+{
+    cleanup_error fb_error_t err = NULL;
+    cleanup_json json_t *body = NULL;
+    __attribute__((cleanup(exec_clearp))) struct fb_exec_spec spec = {0};
+    if (fb_req_json(r, &body, &err) < 0)
+        return fb_resp_error(err, status);
+    if (body == NULL)
+        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "cmd: required");
+    if (fb_exec_spec_parse(body, &spec, &err) < 0)
+        return fb_resp_error(err, status);
+    cleanup_close int fd = fb_exec_start(r->api->core, r->tenant, r->params[0], &spec, &err);
+    if (fd < 0)
+        return fb_resp_error(err, status);
+    if (!wants_ndjson(r))
+        return exec_buffered(fd, status);
+
+    /* the first frame decides between an HTTP error and a stream */
+    struct fb_frame first;
+    if (fb_wire_recv(fd, &first) < 0)
+        return fb_resp_error_new(FB_ERR_UNAVAILABLE, status, "the sandbox went away");
+    if (first.type == FB_MSG_RESULT) {
+        cleanup_json json_t *j = fb_wire_frame_json(&first);
+        if (j != NULL && !json_is_true(json_object_get(j, "ok"))) {
+            free(first.data);
+            const char *m = json_string_value(json_object_get(j, "error"));
+            return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "%s", m ? m : "exec failed");
+        }
+    }
+    struct exec_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        free(first.data);
+        return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");
+    }
+    s->fd = fb_steal_fd(&fd);
+    s->first = first;
+    s->have_first = true;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, stream_read, s,
+                                                                  stream_free);
+    if (resp == NULL) {
+        stream_free(s);
+        return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+    *status = 200;
+    return resp;
+}

@@ -1,0 +1,62 @@
+/* Route table: the whole v1 surface at a glance. */
+#include <string.h>
+
+#include "api.h"
+
+static const struct fb_route routes[] = {
+    {"GET", "/healthz", FB_BODY_NONE, false, fb_h_healthz},
+    {"GET", "/v1/info", FB_BODY_NONE, true, fb_h_info},
+    {"POST", "/v1/sandboxes", FB_BODY_JSON, true, fb_h_sandbox_create},
+    {"GET", "/v1/sandboxes", FB_BODY_NONE, true, fb_h_sandbox_list},
+    {"GET", "/v1/sandboxes/{}", FB_BODY_NONE, true, fb_h_sandbox_get},
+    {"DELETE", "/v1/sandboxes/{}", FB_BODY_NONE, true, fb_h_sandbox_delete},
+    {"POST", "/v1/sandboxes/{}/ttl", FB_BODY_JSON, true, fb_h_sandbox_ttl},
+    {"POST", "/v1/sandboxes/{}/exec", FB_BODY_JSON, true, fb_h_exec},
+    {"GET", "/v1/sandboxes/{}/files", FB_BODY_NONE, true, fb_h_files_get},
+    {"PUT", "/v1/sandboxes/{}/files", FB_BODY_FILE, true, fb_h_files_put},
+    {"DELETE", "/v1/sandboxes/{}/files", FB_BODY_NONE, true, fb_h_files_delete},
+    {"GET", "/v1/sandboxes/{}/archive", FB_BODY_NONE, true, fb_h_archive_get},
+    {"PUT", "/v1/sandboxes/{}/archive", FB_BODY_SPOOL, true, fb_h_archive_put},
+    {"GET", "/v1/templates", FB_BODY_NONE, true, fb_h_templates_list},
+    {"PUT", "/v1/templates/{}/import", FB_BODY_SPOOL, true, fb_h_template_import},
+    {"DELETE", "/v1/templates/{}", FB_BODY_NONE, true, fb_h_template_delete},
+};
+
+/* Matches path against pattern segment by segment; {} captures one
+ * non-empty segment of bounded length. */
+static bool match(const char *pattern, const char *path, struct fb_req *r)
+{
+    int np = 0;
+    while (*pattern && *path) {
+        if (pattern[0] == '{' && pattern[1] == '}') {
+            const char *end = strchr(path, '/');
+            size_t len = end ? (size_t)(end - path) : strlen(path);
+            if (len == 0 || len >= sizeof r->params[0] || np >= 2)
+                return false;
+            memcpy(r->params[np], path, len);
+            r->params[np][len] = '\0';
+            np++;
+            path += len;
+            pattern += 2;
+            continue;
+        }
+        if (*pattern != *path)
+            return false;
+        pattern++;
+        path++;
+    }
+    return *pattern == '\0' && *path == '\0';
+}
+
+const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r, bool *path_known)
+{
+    *path_known = false;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (!match(routes[i].pattern, path, r))
+            continue;
+        *path_known = true;
+        if (strcmp(routes[i].method, method) == 0)
+            return &routes[i];
+    }
+    return NULL;
+}

@@ -1,0 +1,110 @@
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* send() with MSG_NOSIGNAL so that a peer that went away shows up as -EPIPE
+ * instead of a SIGPIPE killing the process; plain write() for non-sockets. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    int is_socket = 1;
+    while (len > 0) {
+        ssize_t n = is_socket ? send(fd, p, len, MSG_NOSIGNAL) : write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == ENOTSOCK && is_socket) {
+                is_socket = 0;
+                continue;
+            }
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len, int *got_any)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return *got_any ? -EPROTO : -ECONNRESET;
+        *got_any = 1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int fb_wire_send(int fd, uint16_t type, const void *data, size_t len)
+{
+    if (len > FB_WIRE_MAX_PAYLOAD)
+        return -EMSGSIZE;
+    struct fb_frame_header h = {.len = (uint32_t)len, .type = type};
+    char hdr[sizeof h];
+    memcpy(hdr, &h, sizeof h);
+    int r = write_all(fd, hdr, sizeof hdr);
+    if (r < 0 || len == 0)
+        return r;
+    return write_all(fd, data, len);
+}
+
+int fb_wire_send_json(int fd, uint16_t type, json_t *obj)
+{
+    char *s = json_dumps(obj, JSON_COMPACT);
+    if (s == NULL)
+        return -ENOMEM;
+    int r = fb_wire_send(fd, type, s, strlen(s));
+    free(s);
+    return r;
+}
+
+int fb_wire_recv(int fd, struct fb_frame *out)
+{
+    struct fb_frame_header h;
+    int got_any = 0;
+    out->data = NULL;
+    out->len = 0;
+    int r = read_all(fd, &h, sizeof h, &got_any);
+    if (r < 0)
+        return r;
+    if (h.len > FB_WIRE_MAX_PAYLOAD || h.type == 0)
+        return -EPROTO;
+    char *buf = malloc((size_t)h.len + 1);
+    if (buf == NULL)
+        return -ENOMEM;
+    r = read_all(fd, buf, h.len, &got_any);
+    if (r < 0) {
+        free(buf);
+        return r == -ECONNRESET ? -EPROTO : r;
+    }
+    buf[h.len] = '\0';
+    out->type = h.type;
+    out->len = h.len;
+    out->data = buf;
+    return 0;
+}
+
+json_t *fb_wire_frame_json(const struct fb_frame *f)
+{
+    if (f->data == NULL)
+        return NULL;
+    json_t *j = json_loadb(f->data, f->len, JSON_REJECT_DUPLICATES, NULL);
+    if (j != NULL && !json_is_object(j)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}

@@ -1,0 +1,146 @@
+/* Core start-up and shutdown, API keys and host information. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/cleanup.h"
+#include "../common/json_util.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "../runtime/container.h"
+#include "core.h"
+#include "internal.h"
+
+#define DEFAULT_TENANT "default"
+
+int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_error_t *err)
+{
+    memset(core, 0, sizeof *core);
+    core->cfg = *cfg;
+    core->init_fd = -1;
+    pthread_mutex_init(&core->lock, NULL);
+    /* sandbox paths are built from these; socket paths must fit sun_path */
+    if (strlen(cfg->state_dir) > 2048 || strlen(cfg->run_dir) > 40)
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, ENAMETOOLONG,
+                            "state dir (max 2048 bytes) or run dir (max 40 bytes) path too long");
+    char path[PATH_MAX];
+    static const char *const state_subdirs[] = {"", "/sandboxes", "/templates", "/tmp"};
+    for (size_t i = 0; i < sizeof state_subdirs / sizeof state_subdirs[0]; i++) {
+        if (fb_snprintf(path, sizeof path, "%s%s", cfg->state_dir, state_subdirs[i]) < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "state dir path");
+        int r = fb_mkdir_p(path, 0711);
+        if (r < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, -r, "create %s", path);
+    }
+    /* sandboxes' roots sit below these dirs: their (unprivileged) owners
+     * must be able to traverse, never to list */
+    if (fb_snprintf(path, sizeof path, "%s/sandboxes", cfg->run_dir) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "run dir path");
+    int r = fb_mkdir_p(path, 0711);
+    if (r < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, -r, "create %s", path);
+    chmod(cfg->run_dir, 0711);
+
+    if (fb_snprintf(path, sizeof path, "%s/forkbox.db", cfg->state_dir) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "db path");
+    if (fb_store_open(path, &core->store, err) < 0)
+        return -1;
+    if (fb_cgroup_host_detect(&core->cgroups, NULL, err) < 0)
+        return -1;
+    if (fb_seccomp_build(&core->seccomp, err) < 0)
+        return -1;
+    core->init_fd = fb_container_load_init(cfg->init_path, err);
+    if (core->init_fd < 0)
+        return -1;
+    if (fb_core_readopt(core, err) < 0)
+        return -1;
+    if (fb_core_templates_init(core, err) < 0)
+        return -1;
+    return fb_core_reaper_start(core, err);
+}
+
+void fb_core_close(struct fb_core *core)
+{
+    fb_core_reaper_stop(core);
+    fb_core_templates_stop(core);
+    if (core->store)
+        fb_store_close(core->store);
+    core->store = NULL;
+    fb_seccomp_prog_free(&core->seccomp);
+    if (core->init_fd >= 0)
+        close(core->init_fd);
+    core->init_fd = -1;
+    pthread_mutex_destroy(&core->lock);
+}
+
+int fb_core_add_key(struct fb_core *core, const char *tenant, char *key_out, fb_error_t *err)
+{
+    char hex[49];
+    if (fb_random_hex(hex, 24) < 0)
+        return fb_error_sys(err, "random key");
+    if (fb_snprintf(key_out, FB_ID_MAX, "fbk_%s", hex) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "key");
+    if (fb_store_tenant_ensure(core->store, tenant, tenant, err) < 0 ||
+        fb_store_key_add(core->store, tenant, key_out, err) < 0)
+        return -1;
+    return 0;
+}
+
+int fb_core_bootstrap_key(struct fb_core *core, char *key_out, fb_error_t *err)
+{
+    key_out[0] = '\0';
+    int64_t count = 0;
+    if (fb_store_key_count(core->store, &count, err) < 0)
+        return -1;
+    char path[PATH_MAX];
+    if (fb_snprintf(path, sizeof path, "%s/api-key", core->cfg.state_dir) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "key path");
+    if (count > 0 && access(path, F_OK) == 0)
+        return 0;
+    if (fb_core_add_key(core, DEFAULT_TENANT, key_out, err) < 0)
+        return -1;
+    char line[FB_ID_MAX + 2];
+    snprintf(line, sizeof line, "%s\n", key_out);
+    unlink(path);
+    int r = fb_write_file(path, line, strlen(line), 0600);
+    if (r < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, -r, "write %s", path);
+    return 0;
+}
+
+json_t *fb_core_info(struct fb_core *core)
+{
+    json_t *cg = json_pack("{s:i, s:s}", "version", core->cgroups.mode == FB_CGROUP_V2 ? 2 : 1, "controllers",
+                           "memory,pids,cpu");
+    if (core->cgroups.mode == FB_CGROUP_V1)
+        json_object_set_new(cg, "note", json_string("cgroup v1 layout (hybrid); v2 is used where available"));
+    json_t *denied = json_array();
+    for (const char *const *n = fb_seccomp_denied_names(); n && *n; n++)
+        json_array_append_new(denied, json_string(*n));
+    json_t *iso = json_pack("{s:[s,s,s,s,s,s,s], s:b, s:b, s:b, s:s, s:o, s:b}", "namespaces", "user", "pid",
+                            "mount", "net", "uts", "ipc", "cgroup", "no_new_privs", 1, "idmapped_template", 1,
+                            "private_writable_layer", 1, "capabilities", "reduced bounding set", "seccomp_denied",
+                            denied, "init_sealed_memfd", 1);
+    pthread_mutex_lock(&core->lock);
+    static const char *const states[] = {"missing", "building", "ready", "failed"};
+    json_t *tpl = json_pack("{s:s}", "default", states[core->default_state]);
+    if (core->default_state == FB_TPL_FAILED)
+        json_object_set_new(tpl, "default_error", json_string(core->default_error));
+    pthread_mutex_unlock(&core->lock);
+    json_t *tiers = json_pack("[{s:s, s:b}, {s:s, s:b, s:s}]", "name", "container", "available", 1, "name",
+                              "microvm", "available", 0, "reason", "not implemented yet");
+    json_t *missing = json_array();
+    if (access("/dev/kvm", F_OK) != 0)
+        json_array_append_new(missing, json_string("no /dev/kvm: hardware-virtualised tiers cannot run"));
+    if (core->cgroups.mode == FB_CGROUP_V1)
+        json_array_append_new(missing, json_string("cgroup v2 controllers (running on the v1 layout)"));
+    json_array_append_new(missing, json_string("disk quotas on the writable layer (not implemented yet)"));
+    json_array_append_new(missing, json_string("checkpoint/restore (not implemented yet)"));
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:i, s:i}}", "name", "forkbox", "version",
+                     FORKBOX_VERSION, "cgroup", cg, "isolation", iso, "templates", tpl, "tiers", tiers,
+                     "missing", missing, "limits", "json_body_bytes", (json_int_t)(1 << 20), "upload_bytes",
+                     (json_int_t)1 << 30, "max_sandboxes_per_tenant", (int)core->cfg.max_sandboxes,
+                     "uid_ranges", (int)core->cfg.uid_pool_slots);
+}

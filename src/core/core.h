@@ -1,0 +1,101 @@
+/* The daemon's core: owns the store, the runtime handles and the sandbox
+ * lifecycle.  API handlers call into it with a tenant id and validated
+ * specs; it never sees HTTP.  All functions are thread-safe. */
+#ifndef FB_CORE_CORE_H
+#define FB_CORE_CORE_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "../common/error.h"
+#include "../runtime/cgroup.h"
+#include "../runtime/seccomp.h"
+#include "../store/store.h"
+#include "spec.h"
+
+struct fb_core_config {
+    char state_dir[PATH_MAX];  /* sqlite db, templates, writable layers */
+    char run_dir[PATH_MAX];    /* control sockets */
+    char init_path[PATH_MAX];  /* forkbox-init binary */
+    char cache_dir[PATH_MAX];  /* debootstrap package cache */
+    uint32_t uid_pool_start;   /* first host uid handed to sandboxes */
+    uint32_t uid_pool_slots;   /* ranges of FB_UID_COUNT ids in the pool */
+    uint32_t max_sandboxes;    /* per tenant */
+    bool build_default;        /* build the default template if missing */
+};
+
+enum fb_template_state { FB_TPL_MISSING, FB_TPL_BUILDING, FB_TPL_READY, FB_TPL_FAILED };
+
+struct fb_core {
+    struct fb_core_config cfg;
+    fb_store *store;
+    struct fb_cgroup_host cgroups;
+    struct fb_seccomp_prog seccomp;
+    int init_fd;
+    pthread_mutex_t lock; /* uid allocation, template builds, reaper */
+    enum fb_template_state default_state;
+    char default_error[512];
+    pthread_t builder, reaper;
+    bool builder_started, reaper_started;
+    volatile bool stopping;
+};
+
+/* Opens the store, detects cgroups, builds the seccomp filter, loads init,
+ * re-adopts sandboxes that survived a daemon restart and starts the
+ * reaper and (if needed) the default template build.  *core is the
+ * caller's; release with fb_core_close(). */
+int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_error_t *err);
+void fb_core_close(struct fb_core *core);
+
+/* Makes sure a tenant and at least one key exist; on first start creates
+ * the key, writes it to state_dir/api-key (0600) and returns it in key_out
+ * (FB_ID_MAX bytes; "" when a key already existed). */
+int fb_core_bootstrap_key(struct fb_core *core, char *key_out, fb_error_t *err);
+
+/* Creates a key for tenant (created if needed); key_out FB_ID_MAX bytes. */
+int fb_core_add_key(struct fb_core *core, const char *tenant, char *key_out, fb_error_t *err);
+
+/* ---- sandboxes ---- (objects returned are new references) */
+int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                      json_t **out, fb_error_t *err);
+int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, json_t **out, fb_error_t *err);
+/* labels: array of "k=v" selectors (may be NULL); state may be NULL. */
+int fb_sandbox_list(struct fb_core *core, const char *tenant, const char *const *labels, size_t nlabels,
+                    const char *state, json_t **out, fb_error_t *err);
+int fb_sandbox_delete(struct fb_core *core, const char *tenant, const char *id, fb_error_t *err);
+int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id, int64_t ttl_s, json_t **out,
+                       fb_error_t *err);
+
+/* What exec and file calls need to reach a running sandbox. */
+struct fb_sandbox_handle {
+    char id[FB_ID_MAX];
+    char sock_path[108];
+    char workdir[4096];
+    json_t *env; /* owned: the sandbox's env */
+};
+void fb_sandbox_handle_clear(struct fb_sandbox_handle *h);
+
+/* Finds a running sandbox of tenant.  not_found / conflict (not running). */
+int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_handle *h,
+                    fb_error_t *err);
+
+/* Deletes expired sandboxes; called by the reaper thread, exposed for tests. */
+void fb_sandbox_reap_expired(struct fb_core *core);
+
+/* ---- templates ---- */
+int fb_templates_list(struct fb_core *core, json_t **out, fb_error_t *err);
+/* Imports a rootfs tarball at tar_path as template name. */
+int fb_template_import(struct fb_core *core, const char *name, const char *tar_path, json_t **out,
+                       fb_error_t *err);
+int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err);
+/* Host path of a ready template's rootfs; not_found / unavailable. */
+int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t outlen, fb_error_t *err);
+
+/* /v1/info body. */
+json_t *fb_core_info(struct fb_core *core);
+
+#endif

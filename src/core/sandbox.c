@@ -1,0 +1,373 @@
+/* Sandbox lifecycle: create, inspect, list, delete, TTL, re-adoption. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/cleanup.h"
+#include "../common/json_util.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "../runtime/container.h"
+#include "../runtime/initconn.h"
+#include "core.h"
+#include "internal.h"
+
+static void row_clearp(struct fb_sandbox_row *r) { fb_sandbox_row_clear(r); }
+#define cleanup_row __attribute__((cleanup(row_clearp)))
+
+void fb_core_container_config(struct fb_core *core, const struct fb_sandbox_row *row, const char *rootfs,
+                              struct fb_core_paths *paths, struct fb_container_config *c)
+{
+    /* lengths were bounded when the core opened: these cannot truncate */
+    (void)fb_snprintf(paths->sandbox_dir, sizeof paths->sandbox_dir, "%s/sandboxes/%s", core->cfg.state_dir,
+                      row->id);
+    (void)fb_snprintf(paths->run_dir, sizeof paths->run_dir, "%s/sandboxes/%s", core->cfg.run_dir, row->id);
+    (void)fb_snprintf(paths->hostname, sizeof paths->hostname, "sbx-%.12s", row->id + 4);
+    (void)fb_snprintf(paths->sock_path, sizeof paths->sock_path, "%s/init.sock", paths->run_dir);
+    memset(c, 0, sizeof *c);
+    c->id = row->id;
+    c->template_rootfs = rootfs;
+    c->sandbox_dir = paths->sandbox_dir;
+    c->run_dir = paths->run_dir;
+    c->uid_base = (uid_t)row->uid_base;
+    c->hostname = paths->hostname;
+    c->init_fd = core->init_fd;
+    c->seccomp = &core->seccomp;
+    c->cgroups = &core->cgroups;
+}
+
+/* The client-visible object of a row. */
+static json_t *row_to_json(const struct fb_sandbox_row *row)
+{
+    cleanup_json json_t *spec = row->spec_json ? json_loads(row->spec_json, 0, NULL) : NULL;
+    json_t *o = json_object();
+    char created[40], expires[40];
+    fb_time_format(row->created_ms, created, sizeof created);
+    json_object_set_new(o, "id", json_string(row->id));
+    json_object_set_new(o, "state", json_string(row->state));
+    json_object_set_new(o, "template", json_string(row->template_name));
+    json_object_set_new(o, "created_at", json_string(created));
+    if (row->expires_ms >= 0) {
+        fb_time_format(row->expires_ms, expires, sizeof expires);
+        json_object_set_new(o, "expires_at", json_string(expires));
+    } else {
+        json_object_set_new(o, "expires_at", json_null());
+    }
+    if (json_is_object(spec)) {
+        static const char *const keys[] = {"ttl", "on_expire", "labels", "env", "workdir", "resources", "network"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            json_t *v = json_object_get(spec, keys[i]);
+            if (v != NULL)
+                json_object_set(o, keys[i], v);
+        }
+    }
+    return o;
+}
+
+static int alloc_uid_base(struct fb_core *core, int64_t *out, fb_error_t *err)
+{
+    cleanup_free int64_t *bases = NULL;
+    size_t n = 0;
+    if (fb_store_sandbox_uid_bases(core->store, &bases, &n, err) < 0)
+        return -1;
+    for (uint32_t slot = 0; slot < core->cfg.uid_pool_slots; slot++) {
+        int64_t base = (int64_t)core->cfg.uid_pool_start + (int64_t)slot * FB_UID_COUNT;
+        bool used = false;
+        for (size_t i = 0; i < n && !used; i++)
+            used = bases[i] == base;
+        if (!used) {
+            *out = base;
+            return 0;
+        }
+    }
+    return fb_error_set(err, FB_ERR_QUOTA, 0, "no free uid range: the host runs its maximum of %u sandboxes",
+                        core->cfg.uid_pool_slots);
+}
+
+static int count_tenant(struct fb_core *core, const char *tenant, size_t *count, fb_error_t *err)
+{
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0;
+    if (fb_store_sandbox_list(core->store, tenant, &rows, &n, err) < 0)
+        return -1;
+    fb_sandbox_rows_free(rows, n);
+    *count = n;
+    return 0;
+}
+
+/* Asks init to create the workdir so the first exec can chdir there. */
+static int make_workdir(const char *sock, const char *workdir, fb_error_t *err)
+{
+    cleanup_json json_t *req = json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", workdir, "mode", 0755,
+                                         "parents", 1);
+    for (int attempt = 0;; attempt++) {
+        cleanup_error fb_error_t e = NULL;
+        if (fb_initconn_call(sock, req, NULL, &e) == 0)
+            return 0;
+        /* init may still be starting: the socket accepts before it runs */
+        if (e->kind != FB_ERR_UNAVAILABLE || attempt >= 200) {
+            *err = fb_steal_ptr(e);
+            return -1;
+        }
+        usleep(5000);
+    }
+}
+
+int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                      json_t **out, fb_error_t *err)
+{
+    char rootfs[PATH_MAX];
+    if (fb_template_rootfs(core, spec->template_name, rootfs, sizeof rootfs, err) < 0)
+        return -1;
+
+    cleanup_row struct fb_sandbox_row row = {0};
+    char hex[17];
+    if (fb_random_hex(hex, 8) < 0)
+        return fb_error_sys(err, "random id");
+    snprintf(row.id, sizeof row.id, "sbx_%s", hex);
+    fb_strlcpy(row.tenant, tenant, sizeof row.tenant);
+    fb_strlcpy(row.state, "starting", sizeof row.state);
+    fb_strlcpy(row.template_name, spec->template_name, sizeof row.template_name);
+    row.created_ms = fb_now_ms();
+    row.expires_ms = spec->ttl_s > 0 ? row.created_ms + spec->ttl_s * 1000 : -1;
+    cleanup_json json_t *spec_json = fb_create_spec_to_json(spec);
+    row.spec_json = json_dumps(spec_json, JSON_COMPACT);
+    if (row.spec_json == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "serialise spec");
+
+    /* reserve the uid range and the row atomically w.r.t. other creates */
+    pthread_mutex_lock(&core->lock);
+    size_t count = 0;
+    int r = count_tenant(core, tenant, &count, err);
+    if (r == 0 && count >= core->cfg.max_sandboxes)
+        r = fb_error_set(err, FB_ERR_QUOTA, 0, "tenant has %zu sandboxes, the maximum is %u", count,
+                         core->cfg.max_sandboxes);
+    if (r == 0)
+        r = alloc_uid_base(core, &row.uid_base, err);
+    if (r == 0)
+        r = fb_store_sandbox_insert(core->store, &row, err);
+    pthread_mutex_unlock(&core->lock);
+    if (r < 0)
+        return -1;
+
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, &row, rootfs, &paths, &cc);
+    struct fb_cgroup_limits limits = {
+        .cpus = spec->res.cpus,
+        .memory_bytes = spec->res.memory_mb << 20,
+        .pids = spec->res.pids,
+    };
+    cc.limits = &limits;
+    struct fb_container ct;
+    if (fb_container_start(&cc, &ct, err) < 0 || make_workdir(ct.sock_path, spec->workdir, err) < 0) {
+        fb_container_destroy(&cc, ct.init_pid, NULL);
+        fb_store_sandbox_delete(core->store, row.id, NULL);
+        return fb_error_wrap(err, "create sandbox");
+    }
+    row.init_pid = ct.init_pid;
+    fb_strlcpy(row.state, "running", sizeof row.state);
+    if (fb_store_sandbox_update(core->store, &row, err) < 0) {
+        fb_container_destroy(&cc, ct.init_pid, NULL);
+        fb_store_sandbox_delete(core->store, row.id, NULL);
+        return -1;
+    }
+    fb_info("sandbox %s created (tenant %s, template %s, init pid %d, uid base %lld)", row.id, tenant,
+            row.template_name, (int)ct.init_pid, (long long)row.uid_base);
+    *out = row_to_json(&row);
+    return 0;
+}
+
+int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, json_t **out, fb_error_t *err)
+{
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+        return -1;
+    json_t *o = row_to_json(&row);
+    struct fb_cgroup_usage u = {0};
+    cleanup_error fb_error_t uerr = NULL;
+    if (strcmp(row.state, "running") == 0 && fb_cgroup_usage_read(&core->cgroups, row.id, &u, &uerr) == 0)
+        json_object_set_new(o, "usage",
+                            json_pack("{s:I, s:I, s:I}", "memory_bytes", (json_int_t)u.memory_bytes, "cpu_usec",
+                                      (json_int_t)u.cpu_usec, "pids", (json_int_t)u.pids));
+    *out = o;
+    return 0;
+}
+
+static bool labels_match(json_t *obj, const char *const *labels, size_t nlabels)
+{
+    json_t *have = json_object_get(obj, "labels");
+    for (size_t i = 0; i < nlabels; i++) {
+        char key[FB_LABEL_KEY_MAX + 1], val[FB_LABEL_VALUE_MAX + 1];
+        if (fb_label_selector_parse(labels[i], key, sizeof key, val, sizeof val, NULL) < 0)
+            return false;
+        const char *v = json_string_value(json_object_get(have, key));
+        if (v == NULL || strcmp(v, val) != 0)
+            return false;
+    }
+    return true;
+}
+
+int fb_sandbox_list(struct fb_core *core, const char *tenant, const char *const *labels, size_t nlabels,
+                    const char *state, json_t **out, fb_error_t *err)
+{
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0;
+    if (fb_store_sandbox_list(core->store, tenant, &rows, &n, err) < 0)
+        return -1;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (state != NULL && strcmp(rows[i].state, state) != 0)
+            continue;
+        json_t *o = row_to_json(&rows[i]);
+        if (labels_match(o, labels, nlabels))
+            json_array_append_new(arr, o);
+        else
+            json_decref(o);
+    }
+    fb_sandbox_rows_free(rows, n);
+    *out = json_pack("{s:o}", "sandboxes", arr);
+    return 0;
+}
+
+/* Tears down whatever exists of a sandbox, then forgets it. */
+static int destroy_row(struct fb_core *core, const struct fb_sandbox_row *row, fb_error_t *err)
+{
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, row, "", &paths, &cc);
+    if (fb_container_destroy(&cc, (pid_t)row->init_pid, err) < 0)
+        return -1;
+    if (fb_store_sandbox_delete(core->store, row->id, err) < 0)
+        return -1;
+    fb_info("sandbox %s deleted", row->id);
+    return 0;
+}
+
+int fb_sandbox_delete(struct fb_core *core, const char *tenant, const char *id, fb_error_t *err)
+{
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+        return -1;
+    return destroy_row(core, &row, err);
+}
+
+int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id, int64_t ttl_s, json_t **out,
+                       fb_error_t *err)
+{
+    if (ttl_s < 0 || ttl_s > FB_TTL_MAX)
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "ttl: must be an integer between 0 and %lld",
+                            (long long)FB_TTL_MAX);
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+        return -1;
+    row.expires_ms = ttl_s > 0 ? fb_now_ms() + ttl_s * 1000 : -1;
+    cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
+    if (json_is_object(spec)) {
+        json_object_set_new(spec, "ttl", json_integer(ttl_s));
+        char *s = json_dumps(spec, JSON_COMPACT);
+        if (s != NULL) {
+            free(row.spec_json);
+            row.spec_json = s;
+        }
+    }
+    if (fb_store_sandbox_update(core->store, &row, err) < 0)
+        return -1;
+    *out = row_to_json(&row);
+    return 0;
+}
+
+void fb_sandbox_handle_clear(struct fb_sandbox_handle *h)
+{
+    if (h->env)
+        json_decref(h->env);
+    h->env = NULL;
+}
+
+int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_handle *h,
+                    fb_error_t *err)
+{
+    memset(h, 0, sizeof *h);
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+        return -1;
+    if (strcmp(row.state, "running") != 0)
+        return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, &row, "", &paths, &cc);
+    fb_strlcpy(h->id, row.id, sizeof h->id);
+    fb_strlcpy(h->sock_path, paths.sock_path, sizeof h->sock_path);
+    cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
+    const char *wd = json_string_value(json_object_get(spec, "workdir"));
+    fb_strlcpy(h->workdir, wd ? wd : "/", sizeof h->workdir);
+    json_t *env = json_object_get(spec, "env");
+    h->env = json_is_object(env) ? json_incref(env) : json_object();
+    return 0;
+}
+
+void fb_sandbox_reap_expired(struct fb_core *core)
+{
+    char **ids = NULL;
+    size_t n = 0;
+    cleanup_error fb_error_t err = NULL;
+    if (fb_store_sandbox_expired(core->store, fb_now_ms(), &ids, &n, &err) < 0) {
+        fb_warn("reaper: %s", err->msg);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cleanup_error fb_error_t e = NULL;
+        cleanup_row struct fb_sandbox_row row = {0};
+        if (fb_store_sandbox_get(core->store, NULL, ids[i], &row, &e) == 0) {
+            fb_info("sandbox %s expired", ids[i]);
+            if (destroy_row(core, &row, &e) < 0)
+                fb_warn("reaper: %s", e->msg);
+        }
+        free(ids[i]);
+    }
+    free(ids);
+}
+
+/* After a restart: sandboxes whose init still answers are running again;
+ * the rest (host reboot, killed init) are marked stopped with their files
+ * kept, and their kernel leftovers are cleaned. */
+int fb_core_readopt(struct fb_core *core, fb_error_t *err)
+{
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0;
+    if (fb_store_sandbox_list(core->store, NULL, &rows, &n, err) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        struct fb_sandbox_row *row = &rows[i];
+        struct fb_core_paths paths;
+        struct fb_container_config cc;
+        fb_core_container_config(core, row, "", &paths, &cc);
+        bool alive = false;
+        if (row->init_pid > 0 && fb_container_alive((pid_t)row->init_pid)) {
+            cleanup_json json_t *req = json_pack("{s:s, s:s}", "op", "ping", "path", "/");
+            cleanup_error fb_error_t e = NULL;
+            alive = fb_initconn_call(paths.sock_path, req, NULL, &e) == 0;
+        }
+        if (alive) {
+            fb_info("sandbox %s re-adopted (init pid %lld)", row->id, (long long)row->init_pid);
+            continue;
+        }
+        if (strcmp(row->state, "starting") == 0) {
+            /* a create the previous daemon never finished: nothing to keep */
+            fb_container_destroy(&cc, 0, NULL);
+            fb_store_sandbox_delete(core->store, row->id, NULL);
+            continue;
+        }
+        if (strcmp(row->state, "stopped") != 0) {
+            fb_warn("sandbox %s: init is gone, marking it stopped (files kept)", row->id);
+            fb_cgroup_destroy(&core->cgroups, row->id, NULL);
+            fb_strlcpy(row->state, "stopped", sizeof row->state);
+            row->init_pid = 0;
+            fb_store_sandbox_update(core->store, row, NULL);
+        }
+    }
+    fb_sandbox_rows_free(rows, n);
+    return 0;
+}

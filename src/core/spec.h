@@ -1,0 +1,85 @@
+/* Validation of client request bodies into typed, bounded structs.  Every
+ * field a client may send is checked here (type, range, length) before any
+ * side effect happens; errors are FB_ERR_BAD_REQUEST naming the field. */
+#ifndef FB_CORE_SPEC_H
+#define FB_CORE_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "../common/error.h"
+
+#define FB_TEMPLATE_NAME_MAX 63   /* [a-z0-9][a-z0-9._-]* */
+#define FB_LABELS_MAX 64          /* labels per sandbox */
+#define FB_LABEL_KEY_MAX 63
+#define FB_LABEL_VALUE_MAX 255
+#define FB_ENV_MAX 256            /* env entries per request */
+#define FB_ENV_NAME_MAX 255       /* no '=', no NUL, not empty */
+#define FB_ENV_VALUE_MAX 32768
+#define FB_ARGV_MAX 4096          /* argv entries */
+#define FB_ARG_MAX 131072         /* bytes per argument; also cmd string */
+#define FB_TTL_MAX (10LL * 365 * 24 * 3600)
+#define FB_TIMEOUT_MAX (24 * 3600) /* exec timeout, seconds */
+#define FB_TIMEOUT_DEFAULT 60
+#define FB_STDIN_MAX (16 << 20)
+#define FB_USER_MAX 32
+#define FB_OUTPUT_DEFAULT (1 << 20)
+#define FB_OUTPUT_MAX (64 << 20)
+
+struct fb_resources {
+    double cpus;        /* 0.01 .. 64, default 1 */
+    uint64_t memory_mb; /* 16 .. 65536, default 512 */
+    uint64_t pids;      /* 16 .. 32768, default 512 */
+    uint64_t disk_mb;   /* 16 .. 1048576, default 2048 (enforced by a later issue) */
+};
+
+struct fb_create_spec {
+    char template_name[FB_TEMPLATE_NAME_MAX + 1]; /* default "default" */
+    int64_t ttl_s;        /* 0: never expires */
+    char on_expire[16];   /* "delete" (default), "pause", "hibernate" */
+    json_t *labels;       /* owned: object of string -> string */
+    json_t *env;          /* owned: object of string -> string */
+    char workdir[4096];   /* absolute normalised path, default "/root" */
+    struct fb_resources res;
+    char network_mode[16]; /* "none" only for now */
+};
+
+/* Parses a POST /v1/sandboxes body (NULL or {} gives all defaults).  On
+ * success the caller owns *out and releases it with fb_create_spec_clear().
+ * Unknown top-level fields are refused so typos do not silently vanish. */
+int fb_create_spec_parse(json_t *body, struct fb_create_spec *out, fb_error_t *err);
+void fb_create_spec_clear(struct fb_create_spec *s);
+
+/* The spec as stored and returned to clients (labels, env keys, workdir,
+ * resources, network, ttl).  New reference owned by the caller. */
+json_t *fb_create_spec_to_json(const struct fb_create_spec *s);
+
+/* Rebuilds a spec from fb_create_spec_to_json() output. */
+int fb_create_spec_from_json(json_t *j, struct fb_create_spec *out, fb_error_t *err);
+
+struct fb_exec_spec {
+    char **argv;         /* owned, NULL-terminated; a string cmd becomes /bin/sh -c CMD */
+    size_t argc;
+    json_t *env;         /* owned: object string -> string (merged over the sandbox env) */
+    char cwd[4096];      /* empty: the sandbox workdir */
+    char user[FB_USER_MAX + 1]; /* name or decimal uid; default "root" */
+    int64_t timeout_ms;  /* 1 ms .. FB_TIMEOUT_MAX s, default FB_TIMEOUT_DEFAULT s */
+    int64_t max_output;  /* bytes kept per stream, default FB_OUTPUT_DEFAULT, max FB_OUTPUT_MAX */
+    char *stdin_data;    /* owned, may be NULL */
+    size_t stdin_len;
+};
+
+/* Parses a POST .../exec body. */
+int fb_exec_spec_parse(json_t *body, struct fb_exec_spec *out, fb_error_t *err);
+void fb_exec_spec_clear(struct fb_exec_spec *s);
+
+/* Validates a template name ([a-z0-9][a-z0-9._-]{0,62}). */
+int fb_template_name_check(const char *name, fb_error_t *err);
+
+/* Parses "key=value" label selectors from a list query: checks bounds. */
+int fb_label_selector_parse(const char *sel, char *key, size_t keylen, char *val, size_t vallen,
+                            fb_error_t *err);
+
+#endif

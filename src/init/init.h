@@ -1,0 +1,38 @@
+/* forkbox-init internals: PID 1 of every sandbox.
+ *
+ * The main loop only accepts connections from the daemon and reaps
+ * children.  Each accepted connection is served by a forked worker, so a
+ * slow operation never stalls PID 1 and a crash in one operation cannot
+ * take the sandbox down.  Workers for exec become child subreapers, so the
+ * whole process tree of a command stays theirs to kill. */
+#ifndef FB_INIT_INIT_H
+#define FB_INIT_INIT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+/* Serves one "exec" request on conn; never returns. */
+void fbi_exec_serve(int conn, json_t *req) __attribute__((noreturn));
+
+/* Serves one file operation on conn; returns the process exit status. */
+int fbi_files_serve(int conn, json_t *req);
+
+/* Sends {"ok":false,"errno":e,"error":msg} as the op's result. */
+void fbi_send_error(int conn, int e, const char *msg);
+
+/* Sends {"ok":true} merged with extra (may be NULL; reference stolen). */
+void fbi_send_ok(int conn, json_t *extra);
+
+struct fbi_user {
+    uid_t uid;
+    gid_t gid;
+    char home[256];
+};
+
+/* Resolves a user name or decimal uid through the sandbox's /etc/passwd.
+ * Returns 0, or -ENOENT for an unknown name. */
+int fbi_user_lookup(const char *spec, struct fbi_user *out);
+
+#endif

@@ -1,0 +1,124 @@
+/* forkbox-init: PID 1 inside a sandbox.
+ *
+ * Started by the daemon's setup child with the listening control socket as
+ * fd 3.  That socket lives outside the sandbox's root, so only the host can
+ * connect; it survives the daemon (and every connection), which is what
+ * lets a restarted daemon reconnect and lets CRIU checkpoint the sandbox
+ * without a live peer on the other end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/wire.h"
+#include "init.h"
+
+#define LISTEN_FD 3
+
+void fbi_send_error(int conn, int e, const char *msg)
+{
+    json_t *r = json_pack("{s:b, s:i, s:s}", "ok", 0, "errno", e, "error", msg);
+    if (r != NULL) {
+        fb_wire_send_json(conn, FB_MSG_RESULT, r);
+        json_decref(r);
+    }
+}
+
+void fbi_send_ok(int conn, json_t *extra)
+{
+    json_t *r = extra != NULL ? extra : json_object();
+    if (r == NULL)
+        return;
+    json_object_set_new(r, "ok", json_true());
+    fb_wire_send_json(conn, FB_MSG_RESULT, r);
+    json_decref(r);
+}
+
+/* Runs in the forked worker: reads the request and dispatches it. */
+static void serve_connection(int conn)
+{
+    struct fb_frame f;
+    if (fb_wire_recv(conn, &f) < 0)
+        _exit(1);
+    json_t *req = f.type == FB_MSG_REQUEST ? fb_wire_frame_json(&f) : NULL;
+    free(f.data);
+    const char *op = req ? json_string_value(json_object_get(req, "op")) : NULL;
+    if (op == NULL) {
+        fbi_send_error(conn, EPROTO, "malformed request");
+        _exit(1);
+    }
+    if (strcmp(op, "ping") == 0) {
+        fbi_send_ok(conn, json_pack("{s:i, s:i}", "version", FB_WIRE_VERSION, "pid", (int)getpid()));
+        _exit(0);
+    }
+    if (strcmp(op, "exec") == 0)
+        fbi_exec_serve(conn, req);
+    _exit(fbi_files_serve(conn, req));
+}
+
+static void reap_all(void)
+{
+    for (;;) {
+        pid_t p = waitpid(-1, NULL, WNOHANG);
+        if (p <= 0)
+            break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0)
+        return 1;
+    /* A stray SIGPIPE from a vanished daemon must not kill PID 1. */
+    signal(SIGPIPE, SIG_IGN);
+    if (fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC) < 0)
+        return 1;
+    (void)!chdir("/");
+
+    for (;;) {
+        struct pollfd p[2] = {{.fd = LISTEN_FD, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 1;
+        }
+        if (p[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == sizeof si) {
+                /* PID 1 of the sandbox: termination comes from the host as SIGKILL */
+            }
+            reap_all();
+        }
+        if (p[0].revents & POLLIN) {
+            int conn = accept4(LISTEN_FD, NULL, NULL, SOCK_CLOEXEC);
+            if (conn < 0)
+                continue;
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(sfd);
+                close(LISTEN_FD);
+                sigprocmask(SIG_UNBLOCK, &mask, NULL);
+                serve_connection(conn);
+                _exit(0);
+            }
+            close(conn);
+        }
+    }
+}

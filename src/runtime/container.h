@@ -1,0 +1,57 @@
+/* Starting and stopping one sandbox's kernel objects: namespaces, the
+ * overlay root (an idmapped, read-only template under a private writable
+ * layer), cgroups, capabilities, seccomp, and forkbox-init as PID 1.
+ *
+ * Nothing started here depends on the daemon afterwards: the host keeps no
+ * mounts (they live only in the sandbox's mount namespace) and init's
+ * control socket is a path under the run directory that any later daemon
+ * can connect to. */
+#ifndef FB_RUNTIME_CONTAINER_H
+#define FB_RUNTIME_CONTAINER_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/error.h"
+#include "cgroup.h"
+#include "seccomp.h"
+
+#define FB_UID_COUNT 65536
+
+struct fb_container_config {
+    const char *id;              /* sandbox id; names the cgroup and dirs */
+    const char *template_rootfs; /* host path of the template's root filesystem */
+    const char *sandbox_dir;     /* host dir for the writable layer (created) */
+    const char *run_dir;         /* host dir for the control socket (created) */
+    uid_t uid_base;              /* host uid/gid of root inside; FB_UID_COUNT ids mapped */
+    const char *hostname;
+    int init_fd;                 /* sealed memfd holding forkbox-init */
+    const struct fb_seccomp_prog *seccomp;
+    const struct fb_cgroup_host *cgroups;
+    const struct fb_cgroup_limits *limits;
+};
+
+struct fb_container {
+    pid_t init_pid;              /* host pid of forkbox-init */
+    char sock_path[108];         /* its control socket */
+};
+
+/* Creates the sandbox and returns once init is executing.  On failure
+ * everything created so far is torn down again.  *out is caller-owned. */
+int fb_container_start(const struct fb_container_config *c, struct fb_container *out, fb_error_t *err);
+
+/* Kills every process of the sandbox, removes its cgroups, writable layer
+ * and run directory.  Idempotent: parts already gone are skipped. */
+int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err);
+
+/* Loads the init binary at path into a sealed, executable memfd, so that
+ * nothing inside a sandbox can modify the binary every sandbox runs.
+ * Returns the fd (owned by the caller) or -1 with *err set. */
+int fb_container_load_init(const char *path, fb_error_t *err);
+
+/* Whether pid is alive and still a forkbox-init started for this sandbox
+ * (checked through its control socket path). */
+int fb_container_alive(pid_t pid);
+
+#endif

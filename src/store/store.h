@@ -1,0 +1,104 @@
+/* Persistent state in one SQLite database (WAL mode).
+ *
+ * The store is the source of truth for what exists; the daemon keeps only
+ * caches of it.  One fb_store is shared by all request threads: every call
+ * takes the store's internal mutex, so callers need no locking.  Rows are
+ * plain caller-owned structs; strings that do not fit a fixed buffer are
+ * heap-allocated and freed by the matching *_clear() function.
+ */
+#ifndef FB_STORE_STORE_H
+#define FB_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/error.h"
+
+typedef struct fb_store fb_store;
+
+#define FB_ID_MAX 64
+#define FB_NAME_MAX 128
+
+/* Opens (creating if needed, mode 0600) and migrates the database at path.
+ * On success *out is owned by the caller: fb_store_close() it. */
+int fb_store_open(const char *path, fb_store **out, fb_error_t *err);
+void fb_store_close(fb_store *s);
+
+/* ---- tenants and API keys ---------------------------------------------- */
+
+/* Longest API key accepted, in bytes.  Longer keys are refused by
+ * fb_store_key_add (FB_ERR_BAD_REQUEST) and never match in lookups. */
+#define FB_KEY_MAX 256
+
+/* Creates the tenant if it does not exist. */
+int fb_store_tenant_ensure(fb_store *s, const char *tenant_id, const char *name, fb_error_t *err);
+
+/* Stores a key (only its SHA-256 is kept) for a tenant. */
+int fb_store_key_add(fb_store *s, const char *tenant_id, const char *key, fb_error_t *err);
+
+/* Finds the tenant owning key; FB_ERR_UNAUTHORIZED when there is none.
+ * tenant_out must hold FB_ID_MAX bytes. */
+int fb_store_key_lookup(fb_store *s, const char *key, char *tenant_out, fb_error_t *err);
+
+/* Number of keys stored (0 on a fresh database). */
+int fb_store_key_count(fb_store *s, int64_t *count, fb_error_t *err);
+
+/* ---- sandboxes --------------------------------------------------------- */
+
+struct fb_sandbox_row {
+    char id[FB_ID_MAX];
+    char tenant[FB_ID_MAX];
+    char state[16];                /* starting|running|paused|hibernated|stopped */
+    char template_name[FB_NAME_MAX];
+    int64_t created_ms;            /* unix epoch milliseconds */
+    int64_t expires_ms;            /* -1: never */
+    int64_t init_pid;              /* host pid of forkbox-init, 0 if none */
+    int64_t uid_base;              /* first host uid of the sandbox's range */
+    char *spec_json;               /* owned: the validated create request */
+};
+
+void fb_sandbox_row_clear(struct fb_sandbox_row *row);
+
+/* Inserts a new row; FB_ERR_CONFLICT if the id exists. */
+int fb_store_sandbox_insert(fb_store *s, const struct fb_sandbox_row *row, fb_error_t *err);
+
+/* Rewrites state, expires_ms, init_pid and spec_json of an existing row. */
+int fb_store_sandbox_update(fb_store *s, const struct fb_sandbox_row *row, fb_error_t *err);
+
+/* Loads a row.  tenant may be NULL (any tenant).  FB_ERR_NOT_FOUND when the
+ * id does not exist or belongs to another tenant.  Caller clears *out. */
+int fb_store_sandbox_get(fb_store *s, const char *tenant, const char *id, struct fb_sandbox_row *out,
+                         fb_error_t *err);
+
+/* All rows of a tenant (NULL: all tenants), oldest first.  *rows is an
+ * array of *n rows owned by the caller: fb_sandbox_rows_free(). */
+int fb_store_sandbox_list(fb_store *s, const char *tenant, struct fb_sandbox_row **rows, size_t *n,
+                          fb_error_t *err);
+void fb_sandbox_rows_free(struct fb_sandbox_row *rows, size_t n);
+
+/* Ids of sandboxes whose expires_ms is set and <= now_ms, oldest first.
+ * Caller frees each id and the array. */
+int fb_store_sandbox_expired(fb_store *s, int64_t now_ms, char ***ids, size_t *n, fb_error_t *err);
+
+/* Deletes a row; FB_ERR_NOT_FOUND when absent. */
+int fb_store_sandbox_delete(fb_store *s, const char *id, fb_error_t *err);
+
+/* uid_base values in use, for allocating a free range. Caller frees. */
+int fb_store_sandbox_uid_bases(fb_store *s, int64_t **bases, size_t *n, fb_error_t *err);
+
+/* ---- templates --------------------------------------------------------- */
+
+struct fb_template_row {
+    char name[FB_NAME_MAX];
+    char source[32]; /* "debootstrap", "import" */
+    int64_t created_ms;
+    int64_t size_bytes;
+};
+
+/* Inserts or replaces a template row. */
+int fb_store_template_put(fb_store *s, const struct fb_template_row *row, fb_error_t *err);
+int fb_store_template_get(fb_store *s, const char *name, struct fb_template_row *out, fb_error_t *err);
+int fb_store_template_list(fb_store *s, struct fb_template_row **rows, size_t *n, fb_error_t *err);
+int fb_store_template_delete(fb_store *s, const char *name, fb_error_t *err);
+
+#endif
