@@ -19,6 +19,7 @@ IMAGE=localhost/forkbox-bench:latest
 CONF=/etc/containers/containers.conf
 ROOTFS=""
 REIMPORT=0
+old_id=""
 
 say() { echo "setup-peers: $*"; }
 die() { echo "setup-peers: error: $*" >&2; exit 1; }
@@ -117,6 +118,7 @@ if podman image exists "$IMAGE"; then
         exit 0
     fi
     say "replacing image $IMAGE (was from '${have_src:-unknown}', stamp '${have_stamp:-none}')"
+    old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 fi
 
 say "importing $ROOTFS as $IMAGE"
@@ -128,4 +130,8 @@ tar -C "$ROOTFS" --numeric-owner --xattrs --one-file-system -c . |
         --change "LABEL forkbox.bench.stamp=$STAMP" \
         - "$IMAGE" >/dev/null
 podman image exists "$IMAGE" || die "import of $IMAGE failed"
+# Drop the replaced image, now untagged; harmless if a container still uses it.
+if [ -n "${old_id:-}" ] && [ "$old_id" != "$(podman image inspect --format '{{.Id}}' "$IMAGE")" ]; then
+    podman rmi "$old_id" >/dev/null 2>&1 || true
+fi
 say "imported $IMAGE"

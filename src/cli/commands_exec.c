@@ -100,11 +100,12 @@ static int read_stdin(char **out, size_t *outlen, fb_error_t *err)
 static json_t *exec_body(int cmdc, char **cmdv, const struct exec_opts *o, fb_error_t *err)
 {
     cleanup_json json_t *body = json_object();
-    json_t *cmd = json_array();
-    if (body == NULL || cmd == NULL || json_object_set_new(body, "cmd", cmd) < 0) {
+    /* set_new takes the array even when it fails, so it never leaks */
+    if (body == NULL || json_object_set_new(body, "cmd", json_array()) < 0) {
         fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "exec request");
         return NULL;
     }
+    json_t *cmd = json_object_get(body, "cmd");
     for (int i = 0; i < cmdc; i++) {
         if (json_array_append_new(cmd, json_string(cmdv[i])) < 0) {
             fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "argument %d is not valid UTF-8", i + 1);
@@ -186,6 +187,12 @@ struct stream {
     size_t len, cap;
     json_t *exit_event; /* owned */
 };
+
+static void stream_release(struct stream *s)
+{
+    fb_freep(&s->buf);
+    fb_json_decrefp(&s->exit_event);
+}
 
 static int emit(struct stream *s, int fd, const void *data, size_t len, fb_error_t *err)
 {
@@ -294,7 +301,7 @@ static int exec_in(struct fb_cli *cli, struct fb_client *c, const char *id, json
     cleanup_free char *text = json_dumps(body, JSON_COMPACT);
     if (path == NULL || text == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "exec request");
-    struct stream s = {0};
+    __attribute__((cleanup(stream_release))) struct stream s = {0};
     struct fb_request req = {
         .method = "POST",
         .path = path,
@@ -324,11 +331,9 @@ static int exec_in(struct fb_cli *cli, struct fb_client *c, const char *id, json
                  emit_field(&s, STDERR_FILENO, result, "stderr", "stderr_b64", err) < 0)
             r = -1;
     }
-    free(s.buf);
     if (s.broken_pipe) {
         /* like any filter whose reader went away: quietly, with SIGPIPE's status */
         fb_error_release(err);
-        fb_json_decrefp(&s.exit_event);
         *status = 128 + SIGPIPE;
         return 0;
     }
@@ -337,7 +342,6 @@ static int exec_in(struct fb_cli *cli, struct fb_client *c, const char *id, json
         r = fb_error_set(err, FB_ERR_INTERNAL, 0, "forkboxd ended the output without an exit status");
     if (r == 0)
         *status = exit_status(final);
-    fb_json_decrefp(&s.exit_event);
     return r;
 }
 

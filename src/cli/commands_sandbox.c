@@ -429,6 +429,41 @@ int fb_cmd_ttl(struct fb_cli *cli, int argc, char **argv)
     return FB_EXIT_OK;
 }
 
+/* A string as is, a list of strings or numbers as "a, b", anything else
+ * as compact JSON; caller frees. */
+static char *scalar_text(json_t *j)
+{
+    if (json_is_string(j))
+        return strdup(json_string_value(j));
+    size_t i;
+    json_t *v;
+    bool simple = json_is_array(j);
+    json_array_foreach(j, i, v)
+    {
+        if (!json_is_string(v) && !json_is_number(v))
+            simple = false;
+    }
+    if (!simple)
+        return json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+    cleanup_free char *out = NULL;
+    size_t len = 0;
+    cleanup_fclose FILE *f = open_memstream(&out, &len);
+    if (f == NULL)
+        return NULL;
+    json_array_foreach(j, i, v)
+    {
+        if (i > 0)
+            fputs(", ", f);
+        if (json_is_string(v))
+            fputs(json_string_value(v), f);
+        else
+            fprintf(f, "%g", json_number_value(v));
+    }
+    if (fclose(fb_steal_ptr(f)) != 0)
+        return NULL;
+    return fb_steal_ptr(out);
+}
+
 /* info's layout is open-ended: print every leaf as "a.b.c: value". */
 static void print_flat(const char *prefix, json_t *j)
 {
@@ -446,8 +481,7 @@ static void print_flat(const char *prefix, json_t *j)
         }
         return;
     }
-    cleanup_free char *text =
-        json_is_string(j) ? strdup(json_string_value(j)) : json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+    cleanup_free char *text = scalar_text(j);
     cleanup_free char *clean = fb_sanitize(text);
     cleanup_free char *label = fb_sanitize(prefix);
     printf("%s: %s\n", label ? label : "", clean ? clean : "");

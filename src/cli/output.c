@@ -122,7 +122,7 @@ void fb_format_until(const char *text, char *buf, size_t len)
 
 int fb_print_json(const json_t *j)
 {
-    if (json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0)
+    if (json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) < 0)
         return -1;
     return fputc('\n', stdout) == EOF ? -1 : 0;
 }

@@ -3,12 +3,7 @@
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <sched.h>
-#include <seccomp.h>
-#ifndef SCMP_VER_MAJOR
-/* The build puts this directory on the <> search path, so the line above
- * found our own seccomp.h; libseccomp's sits beside the kernel headers. */
-#include <linux/../seccomp.h>
-#endif
+#include <seccomp.h> /* libseccomp's: this directory is not on the <> path */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -370,20 +370,51 @@ static void test_v1_fake_tree(void **state)
     assert_false(fb_cgroup_exists(&h, "sb2"));
 }
 
+static void write_comounted(const struct fixture *fx, const struct v1_tree *t, const char *pids_fstype)
+{
+    cleanup_fclose FILE *f = fopen(fx->mountinfo, "w");
+    assert_non_null(f);
+    mount_line(f, 41, t->unified, "", "cgroup2", "rw");
+    mount_line(f, 32, t->cpu, "", "cgroup", "rw,cpu,cpuacct");
+    mount_line(f, 35, t->mem, "", "cgroup", "rw,memory");
+    mount_line(f, 36, t->pids, "", pids_fstype, "rw,pids");
+}
+
+/* cpu and cpuacct in one hierarchy share a directory: it is written once */
+static void test_v1_comounted_cpu(void **state)
+{
+    struct fixture *fx = *state;
+    cleanup_error fb_error_t err = NULL;
+    struct v1_tree t;
+    v1_fake_host(fx, &t);
+    write_comounted(fx, &t, "cgroup");
+    char cp[PATH_MAX];
+    path_join(cp, t.cpu, "forkbox/sb1");
+    put_file(cp, "cpuacct.usage", "3000\n");
+
+    struct fb_cgroup_host h;
+    assert_int_equal(fb_cgroup_host_detect(&h, fx->mountinfo, &err), 0);
+    assert_int_equal(h.mode, FB_CGROUP_V1);
+    assert_string_equal(h.v1_cpu, h.v1_cpuacct);
+    struct fb_cgroup_limits l = {.cpus = 1.5};
+    assert_int_equal(fb_cgroup_create(&h, "sb1", &l, &err), 0);
+    expect_file(cp, "cpu.cfs_quota_us", "150000");
+    assert_int_equal(fb_cgroup_add_pid(&h, "sb1", getpid(), &err), 0);
+    struct fb_cgroup_usage u;
+    assert_int_equal(fb_cgroup_usage_read(&h, "sb1", &u, &err), 0);
+    assert_int_equal(u.cpu_usec, 3);
+    /* the fake procs list names this process, which destroy must spare */
+    assert_int_equal(fb_cgroup_destroy(&h, "sb1", &err), 0);
+    assert_int_equal(access(cp, F_OK), -1);
+}
+
 static void test_detect_unsupported(void **state)
 {
     struct fixture *fx = *state;
     cleanup_error fb_error_t err = NULL;
     struct v1_tree t;
     v1_fake_host(fx, &t);
-    /* same host without the pids controller */
-    cleanup_fclose FILE *f = fopen(fx->mountinfo, "w");
-    assert_non_null(f);
-    mount_line(f, 41, t.unified, "", "cgroup2", "rw");
-    mount_line(f, 32, t.cpu, "", "cgroup", "rw,cpu,cpuacct");
-    mount_line(f, 35, t.mem, "", "cgroup", "rw,memory");
-    mount_line(f, 36, t.pids, "", "tmpfs", "rw,pids");
-    fflush(f);
+    write_comounted(fx, &t, "tmpfs"); /* no pids controller */
 
     struct fb_cgroup_host h;
     assert_int_equal(fb_cgroup_host_detect(&h, fx->mountinfo, &err), -1);
@@ -533,6 +564,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_v2_fake_tree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_v1_fake_tree, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_v1_comounted_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_detect_unsupported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test(test_real_v1_pids_limit),
