@@ -1,0 +1,46 @@
+# forkbox — the two commands a new machine needs: `make run` and `make test`.
+BUILD ?= build
+SAN_BUILD ?= build-asan
+
+.PHONY: run test test-unit test-sanitize build build-sanitize deps bench format format-check clean
+
+run: ## install what is missing, build, start forkboxd and print how to use it
+	./scripts/install-deps.sh run
+	./scripts/build.sh $(BUILD)
+	./scripts/run.sh $(BUILD)
+
+test: ## install what is missing, build (plain and ASan+UBSan), run every test
+	./scripts/install-deps.sh test
+	./scripts/test.sh
+
+test-unit:
+	./scripts/build.sh $(BUILD)
+	meson test -C $(BUILD) --suite unit --print-errorlogs
+
+test-sanitize: ## the whole suite on the ASan+UBSan build only
+	./scripts/install-deps.sh test
+	FORKBOX_TEST_BUILDS=$(SAN_BUILD) ./scripts/test.sh
+
+build:
+	./scripts/build.sh $(BUILD)
+
+build-sanitize:
+	./scripts/build.sh $(SAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false
+
+deps:
+	./scripts/install-deps.sh all
+
+bench: ## time to first command, side by side with podman and bubblewrap
+	./scripts/install-deps.sh bench
+	./scripts/build.sh $(BUILD)
+	./bench/setup-peers.sh
+	./bench/ttfc
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	./scripts/format-check.sh
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD)
