@@ -157,6 +157,24 @@ static enum fb_tar_type tar_type(struct archive_entry *ae)
     }
 }
 
+/* Refuses a member that would be written through a symlink created by an
+ * earlier member: extraction never follows links, so it would fail half
+ * way; refusing it up front keeps a bad archive from changing anything. */
+static int through_symlink(json_t *links, const char *full, fb_error_t *err)
+{
+    if (json_object_size(links) == 0)
+        return 0;
+    char buf[FB_PATH_MAX + 1];
+    snprintf(buf, sizeof buf, "%s", full);
+    for (char *slash = strrchr(buf, '/'); slash != NULL && slash != buf; slash = strrchr(buf, '/')) {
+        *slash = '\0';
+        if (json_object_get(links, buf) != NULL)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "archive member %s would be written through the symlink %s",
+                                full, buf);
+    }
+    return 0;
+}
+
 /* One pass over the archive; with fd < 0 it only checks, else it sends
  * every entry to init's batch op. */
 static int tar_pass(const char *tar_path, const char *base, int fd, long *count, fb_error_t *err)
@@ -164,6 +182,7 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
     cleanup_archive_rd struct archive *a = open_tar(tar_path, err);
     if (a == NULL)
         return -1;
+    cleanup_json json_t *links = json_object(); /* symlinks the archive creates */
     *count = 0;
     for (;;) {
         struct archive_entry *ae;
@@ -185,8 +204,13 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
         char full[FB_PATH_MAX + 1];
         if (fb_tar_entry_check(base, &te, full, sizeof full, err) < 0)
             return -1;
-        if (fd < 0)
+        if (fd < 0) {
+            if (through_symlink(links, full, err) < 0)
+                return -1;
+            if (te.type == FB_TAR_SYMLINK)
+                json_object_set_new(links, full, json_true());
             continue;
+        }
         cleanup_json json_t *op = NULL;
         int mode = (int)(te.mode & 07777);
         if (te.type == FB_TAR_DIR) {

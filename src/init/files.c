@@ -27,6 +27,12 @@
 
 static int root_fd = -1;
 
+/* While an archive is extracted, every path is resolved beneath its
+ * target directory without following any symlink, so links the archive
+ * (or the sandbox) planted cannot redirect later members elsewhere. */
+static int beneath_fd = -1;
+static char beneath_path[4096];
+
 static int resolve(const char *path, int flags, mode_t mode)
 {
     struct open_how how = {
@@ -34,11 +40,22 @@ static int resolve(const char *path, int flags, mode_t mode)
         .mode = (flags & O_CREAT) ? mode : 0,
         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
     };
+    int dirfd = root_fd;
+    if (beneath_fd >= 0) {
+        size_t blen = strlen(beneath_path);
+        if (strcmp(beneath_path, "/") != 0) {
+            if (strncmp(path, beneath_path, blen) != 0 || (path[blen] != '/' && path[blen] != '\0'))
+                return -EXDEV;
+            path += blen;
+        }
+        dirfd = beneath_fd;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    }
     while (*path == '/')
         path++;
     if (*path == '\0')
         path = ".";
-    int fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof how);
+    int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
     return fd < 0 ? -errno : fd;
 }
 
@@ -64,6 +81,8 @@ static int open_parent(const char *path, bool mkdirs, char *name, size_t namelen
         for (size_t i = 1; i <= dlen; i++) {
             if (i != dlen && dir[i] != '/')
                 continue;
+            if (beneath_fd >= 0 && i <= strlen(beneath_path))
+                continue; /* the extraction target itself exists already */
             char save = dir[i];
             dir[i] = '\0';
             const char *cslash = strrchr(dir, '/');
@@ -469,9 +488,14 @@ static int run_op(int conn, json_t *req, long long *written)
 
 /* A stream of ops (ENTRY frames, each write followed by its data) ended
  * by END: how archives are extracted without a connection per member. */
-static int op_batch(int conn)
+static int op_batch(int conn, const char *base)
 {
     long long count = 0;
+    int bfd = resolve(base, O_PATH | O_DIRECTORY, 0);
+    if (bfd < 0)
+        return bfd;
+    snprintf(beneath_path, sizeof beneath_path, "%s", base);
+    beneath_fd = bfd;
     for (;;) {
         struct fb_frame f;
         int r = fb_wire_recv(conn, &f);
@@ -523,7 +547,7 @@ int fbi_files_serve(int conn, json_t *req)
     else if (strcmp(op, "walk") == 0)
         r = op_walk(conn, path);
     else if (strcmp(op, "batch") == 0)
-        r = op_batch(conn);
+        r = op_batch(conn, path);
     else
         r = run_op(conn, req, &written);
     if (r < 0) {
