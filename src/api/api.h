@@ -18,10 +18,10 @@
 #define FB_JSON_BODY_MAX (1u << 20)
 
 enum fb_body_mode {
-    FB_BODY_NONE,   /* no body expected (any body is refused with 400) */
-    FB_BODY_JSON,   /* buffered, at most FB_JSON_BODY_MAX */
-    FB_BODY_FILE,   /* streamed into a file in the sandbox as it arrives */
-    FB_BODY_SPOOL,  /* written to a private temp file on the host */
+    FB_BODY_NONE,  /* no body expected (any body is refused with 400) */
+    FB_BODY_JSON,  /* buffered, at most FB_JSON_BODY_MAX */
+    FB_BODY_FILE,  /* streamed into a file in the sandbox as it arrives */
+    FB_BODY_SPOOL, /* written to a private temp file on the host */
 };
 
 struct fb_api {
@@ -53,15 +53,16 @@ struct fb_req {
     long long received;
     int spool_fd;
     char spool_path[PATH_MAX];
-    int file_fd; /* init connection of a streaming file upload */
+    int file_fd;         /* init connection of a streaming file upload */
     fb_error_t body_err; /* first error met while receiving the body */
 };
 
 /* Matches method and path (no query) to a route; fills r->params. */
-const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r, bool *path_known);
+const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r,
+                                      bool *path_known);
 
 /* Responses.  Every error body has the contract's shape. */
-struct MHD_Response *fb_resp_json(json_t *body);  /* steals body */
+struct MHD_Response *fb_resp_json(json_t *body); /* steals body */
 struct MHD_Response *fb_resp_error(const fb_error_t e, unsigned *status);
 struct MHD_Response *fb_resp_error_new(enum fb_error_kind kind, unsigned *status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

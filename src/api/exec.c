@@ -11,7 +11,10 @@
 #include "../core/exec.h"
 #include "api.h"
 
-static void exec_clearp(struct fb_exec_spec *s) { fb_exec_spec_clear(s); }
+static void exec_clearp(struct fb_exec_spec *s)
+{
+    fb_exec_spec_clear(s);
+}
 
 struct outbuf {
     char *data;
@@ -163,8 +166,9 @@ static char *next_line(struct exec_stream *s)
             s->have_first = false;
         } else if (fb_wire_recv(s->fd, &f) < 0) {
             s->done = true;
-            return event_line(json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "unavailable",
-                                        "message", "the sandbox went away while the command ran"));
+            return event_line(json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code",
+                                        "unavailable", "message",
+                                        "the sandbox went away while the command ran"));
         }
         if (f.type == FB_MSG_STDOUT || f.type == FB_MSG_STDERR) {
             json_t *ev = output_event(s, f.type == FB_MSG_STDOUT ? 0 : 1, f.data, f.len, false);
@@ -193,8 +197,8 @@ static char *next_line(struct exec_stream *s)
         }
         if (res == NULL || !json_is_true(json_object_get(res, "ok"))) {
             const char *m = res ? json_string_value(json_object_get(res, "error")) : NULL;
-            json_t *ev = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "internal", "message",
-                                   m ? m : "malformed answer from sandbox init");
+            json_t *ev = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "internal",
+                                   "message", m ? m : "malformed answer from sandbox init");
             json_decref(res);
             return event_line(ev);
         }
@@ -278,8 +282,8 @@ struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
     s->fd = fb_steal_fd(&fd);
     s->first = first;
     s->have_first = true;
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, stream_read, s,
-                                                                  stream_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, stream_read, s, stream_free);
     if (resp == NULL) {
         stream_free(s);
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");

@@ -44,7 +44,8 @@ struct MHD_Response *fb_resp_error(const fb_error_t e, unsigned *status)
     *status = (unsigned)fb_error_http_status(e->kind);
     if (e->kind == FB_ERR_INTERNAL)
         fb_warn("internal error: %s", e->msg);
-    return fb_resp_json(json_pack("{s:{s:s, s:s}}", "error", "code", fb_error_code(e->kind), "message", e->msg));
+    return fb_resp_json(
+        json_pack("{s:{s:s, s:s}}", "error", "code", fb_error_code(e->kind), "message", e->msg));
 }
 
 struct MHD_Response *fb_resp_error_new(enum fb_error_kind kind, unsigned *status, const char *fmt, ...)
@@ -81,8 +82,8 @@ int fb_req_json(struct fb_req *r, json_t **out, fb_error_t *err)
     json_error_t je;
     json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
     if (j == NULL)
-        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "malformed JSON body: %s (line %d, column %d)", je.text,
-                            je.line, je.column);
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "malformed JSON body: %s (line %d, column %d)",
+                            je.text, je.line, je.column);
     if (!json_is_object(j)) {
         json_decref(j);
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "the JSON body must be an object");
@@ -95,7 +96,8 @@ static struct MHD_Response *authenticate(struct fb_req *r, unsigned *status)
 {
     const char *auth = fb_req_header(r, "Authorization");
     if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
-        return fb_resp_error_new(FB_ERR_UNAUTHORIZED, status, "missing API key (Authorization: Bearer <key>)");
+        return fb_resp_error_new(FB_ERR_UNAUTHORIZED, status,
+                                 "missing API key (Authorization: Bearer <key>)");
     cleanup_error fb_error_t err = NULL;
     if (fb_store_key_lookup(r->api->core->store, auth + 7, r->tenant, &err) < 0) {
         if (err->kind != FB_ERR_UNAUTHORIZED)
@@ -109,7 +111,8 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned statu
 {
     if (resp == NULL) {
         status = 500;
-        resp = fb_resp_json(json_pack("{s:{s:s, s:s}}", "error", "code", "internal", "message", "no response"));
+        resp =
+            fb_resp_json(json_pack("{s:{s:s, s:s}}", "error", "code", "internal", "message", "no response"));
     }
     enum MHD_Result ret = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
@@ -132,7 +135,7 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
         if (resp != NULL)
             return resp;
     }
-    long long limit = r->route->body == FB_BODY_JSON ? FB_JSON_BODY_MAX
+    long long limit = r->route->body == FB_BODY_JSON   ? FB_JSON_BODY_MAX
                       : r->route->body == FB_BODY_NONE ? 0
                                                        : FB_UPLOAD_MAX;
     const char *cl = fb_req_header(r, "Content-Length");
@@ -143,8 +146,8 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
         if (errno || *end || n < 0)
             return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "invalid Content-Length");
         if (n > limit && r->route->body != FB_BODY_NONE)
-            return fb_resp_error_new(FB_ERR_TOO_LARGE, status, "body of %lld bytes exceeds the limit of %lld", n,
-                                     limit);
+            return fb_resp_error_new(FB_ERR_TOO_LARGE, status, "body of %lld bytes exceeds the limit of %lld",
+                                     n, limit);
     }
     if (r->route->body == FB_BODY_SPOOL) {
         if (fb_snprintf(r->spool_path, sizeof r->spool_path, "%s/tmp/upload.XXXXXX",
@@ -192,7 +195,8 @@ static void take_body(struct fb_req *r, const char *data, size_t size)
     case FB_BODY_FILE:
     case FB_BODY_SPOOL:
         if (r->received > FB_UPLOAD_MAX) {
-            fb_error_set(&r->body_err, FB_ERR_TOO_LARGE, 0, "upload exceeds %lld bytes", (long long)FB_UPLOAD_MAX);
+            fb_error_set(&r->body_err, FB_ERR_TOO_LARGE, 0, "upload exceeds %lld bytes",
+                         (long long)FB_UPLOAD_MAX);
             return;
         }
         if (r->route->body == FB_BODY_FILE) {
@@ -333,9 +337,9 @@ static struct MHD_Daemon *start_daemon(struct fb_api *api, int listen_fd, const 
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
     struct MHD_Daemon *d;
     if (listen_fd >= 0) {
-        d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api,
-                             MHD_OPTION_LISTEN_SOCKET, listen_fd,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+                             api, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
+                             on_completed, api, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
                              MHD_OPTION_END);
     } else {
         if (inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
@@ -343,12 +347,12 @@ static struct MHD_Daemon *start_daemon(struct fb_api *api, int listen_fd, const 
             return NULL;
         }
         d = MHD_start_daemon(flags, port, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-                             api, MHD_OPTION_SOCK_ADDR, &sin,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-                             MHD_OPTION_END);
+                             api, MHD_OPTION_SOCK_ADDR, &sin, MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     }
     if (d == NULL)
-        fb_error_set(err, FB_ERR_INTERNAL, errno, "start HTTP listener on %s", listen_fd >= 0 ? "unix socket" : host);
+        fb_error_set(err, FB_ERR_INTERNAL, errno, "start HTTP listener on %s",
+                     listen_fd >= 0 ? "unix socket" : host);
     return d;
 }
 

@@ -48,7 +48,8 @@ static bool match(const char *pattern, const char *path, struct fb_req *r)
     return *pattern == '\0' && *path == '\0';
 }
 
-const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r, bool *path_known)
+const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r,
+                                      bool *path_known)
 {
     *path_known = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {

@@ -9,7 +9,10 @@
 
 #define LABEL_SELECTORS_MAX 16
 
-static void spec_clearp(struct fb_create_spec *s) { fb_create_spec_clear(s); }
+static void spec_clearp(struct fb_create_spec *s)
+{
+    fb_create_spec_clear(s);
+}
 
 struct MHD_Response *fb_h_sandbox_create(struct fb_req *r, unsigned *status)
 {
@@ -50,7 +53,8 @@ struct MHD_Response *fb_h_sandbox_list(struct fb_req *r, unsigned *status)
     struct label_collect lc = {0};
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_label, &lc);
     if (lc.overflow)
-        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "at most %d label selectors", LABEL_SELECTORS_MAX);
+        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "at most %d label selectors",
+                                 LABEL_SELECTORS_MAX);
     for (size_t i = 0; i < lc.n; i++) {
         char k[FB_LABEL_KEY_MAX + 1], v[FB_LABEL_VALUE_MAX + 1];
         if (fb_label_selector_parse(lc.labels[i], k, sizeof k, v, sizeof v, &err) < 0)

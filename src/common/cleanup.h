@@ -12,7 +12,6 @@
 
 #include "error.h"
 
-
 static inline void fb_freep(void *p)
 {
     void **pp = (void **)p;
@@ -44,7 +43,10 @@ static inline void fb_closedirp(DIR **d)
     *d = NULL;
 }
 
-static inline void fb_errorp(fb_error_t *e) { fb_error_release(e); }
+static inline void fb_errorp(fb_error_t *e)
+{
+    fb_error_release(e);
+}
 
 #define cleanup_free __attribute__((cleanup(fb_freep)))
 #define cleanup_close __attribute__((cleanup(fb_closep)))

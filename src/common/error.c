@@ -68,14 +68,10 @@ static const struct {
     int status;
     const char *code;
 } kinds[] = {
-    [FB_ERR_INTERNAL] = {500, "internal"},
-    [FB_ERR_BAD_REQUEST] = {400, "bad_request"},
-    [FB_ERR_UNAUTHORIZED] = {401, "unauthorized"},
-    [FB_ERR_NOT_FOUND] = {404, "not_found"},
-    [FB_ERR_CONFLICT] = {409, "conflict"},
-    [FB_ERR_TOO_LARGE] = {413, "payload_too_large"},
-    [FB_ERR_QUOTA] = {429, "quota_exceeded"},
-    [FB_ERR_UNSUPPORTED] = {501, "unsupported"},
+    [FB_ERR_INTERNAL] = {500, "internal"},         [FB_ERR_BAD_REQUEST] = {400, "bad_request"},
+    [FB_ERR_UNAUTHORIZED] = {401, "unauthorized"}, [FB_ERR_NOT_FOUND] = {404, "not_found"},
+    [FB_ERR_CONFLICT] = {409, "conflict"},         [FB_ERR_TOO_LARGE] = {413, "payload_too_large"},
+    [FB_ERR_QUOTA] = {429, "quota_exceeded"},      [FB_ERR_UNSUPPORTED] = {501, "unsupported"},
     [FB_ERR_UNAVAILABLE] = {503, "unavailable"},
 };
 

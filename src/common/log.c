@@ -6,7 +6,10 @@
 
 static enum fb_log_level min_level = FB_LOG_INFO;
 
-void fb_log_set_level(enum fb_log_level level) { min_level = level; }
+void fb_log_set_level(enum fb_log_level level)
+{
+    min_level = level;
+}
 
 void fb_log(enum fb_log_level level, const char *fmt, ...)
 {

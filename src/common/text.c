@@ -32,7 +32,8 @@ static size_t seq_len(const unsigned char *p, const unsigned char *end)
             return 0;
         cp = (cp << 6) | (p[i] & 0x3f);
     }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
         return 0;
     return n;
 }

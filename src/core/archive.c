@@ -18,7 +18,10 @@
 
 #define ARCHIVE_ENTRIES_MAX 200000
 
-static void handle_clearp(struct fb_sandbox_handle *h) { fb_sandbox_handle_clear(h); }
+static void handle_clearp(struct fb_sandbox_handle *h)
+{
+    fb_sandbox_handle_clear(h);
+}
 static void rd_freep(struct archive **a)
 {
     if (*a)
@@ -54,7 +57,8 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
     cleanup_archive_wr struct archive *a = archive_write_new();
     if (a == NULL || archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
         archive_write_open_fd(a, out_fd) != ARCHIVE_OK)
-        return fb_error_set(err, FB_ERR_INTERNAL, 0, "start tar: %s", a ? archive_error_string(a) : "no memory");
+        return fb_error_set(err, FB_ERR_INTERNAL, 0, "start tar: %s",
+                            a ? archive_error_string(a) : "no memory");
     long long total = 0;
     for (;;) {
         struct fb_frame f;
@@ -99,7 +103,8 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
             archive_entry_set_symlink(ae, ln ? ln : "");
         }
         if (archive_write_header(a, ae) != ARCHIVE_OK)
-            return fb_error_set(err, FB_ERR_INTERNAL, 0, "tar header for %s: %s", name, archive_error_string(a));
+            return fb_error_set(err, FB_ERR_INTERNAL, 0, "tar header for %s: %s", name,
+                                archive_error_string(a));
         if (!is_file)
             continue;
         for (;;) {
@@ -169,8 +174,8 @@ static int through_symlink(json_t *links, const char *full, fb_error_t *err)
     for (char *slash = strrchr(buf, '/'); slash != NULL && slash != buf; slash = strrchr(buf, '/')) {
         *slash = '\0';
         if (json_object_get(links, buf) != NULL)
-            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "archive member %s would be written through the symlink %s",
-                                full, buf);
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
+                                "archive member %s would be written through the symlink %s", full, buf);
     }
     return 0;
 }
@@ -192,7 +197,8 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
         if (r < ARCHIVE_WARN)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "corrupt archive: %s", archive_error_string(a));
         if (++*count > ARCHIVE_ENTRIES_MAX)
-            return fb_error_set(err, FB_ERR_TOO_LARGE, 0, "archive has more than %d entries", ARCHIVE_ENTRIES_MAX);
+            return fb_error_set(err, FB_ERR_TOO_LARGE, 0, "archive has more than %d entries",
+                                ARCHIVE_ENTRIES_MAX);
         const char *name = archive_entry_pathname(ae);
         struct fb_tar_entry te = {
             .name = name ? name : "",
@@ -237,7 +243,8 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
         for (;;) {
             la_ssize_t n = archive_read_data(a, buf, sizeof buf);
             if (n < 0)
-                return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "corrupt archive data: %s", archive_error_string(a));
+                return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "corrupt archive data: %s",
+                                    archive_error_string(a));
             if (n == 0)
                 break;
             if (fb_wire_send(fd, FB_MSG_DATA, buf, (size_t)n) < 0)
@@ -262,8 +269,8 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
     if (tar_pass(tar_path, base, -1, &count, err) < 0)
         return -1;
     /* the target directory itself, then the members */
-    cleanup_json json_t *mk = json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", base, "mode", 0755,
-                                        "parents", 1);
+    cleanup_json json_t *mk =
+        json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", base, "mode", 0755, "parents", 1);
     if (strcmp(base, "/") != 0 && fb_initconn_call(h.sock_path, mk, NULL, err) < 0)
         return fb_error_wrap(err, "%s", base);
     cleanup_close int fd = fb_initconn_open(h.sock_path, err);

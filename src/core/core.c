@@ -121,8 +121,8 @@ json_t *fb_core_info(struct fb_core *core)
         json_array_append_new(denied, json_string(*n));
     json_t *iso = json_pack("{s:[s,s,s,s,s,s,s], s:b, s:b, s:b, s:s, s:o, s:b}", "namespaces", "user", "pid",
                             "mount", "net", "uts", "ipc", "cgroup", "no_new_privs", 1, "idmapped_template", 1,
-                            "private_writable_layer", 1, "capabilities", "reduced bounding set", "seccomp_denied",
-                            denied, "init_sealed_memfd", 1);
+                            "private_writable_layer", 1, "capabilities", "reduced bounding set",
+                            "seccomp_denied", denied, "init_sealed_memfd", 1);
     pthread_mutex_lock(&core->lock);
     static const char *const states[] = {"missing", "building", "ready", "failed"};
     json_t *tpl = json_pack("{s:s}", "default", states[core->default_state]);
@@ -138,9 +138,9 @@ json_t *fb_core_info(struct fb_core *core)
         json_array_append_new(missing, json_string("cgroup v2 controllers (running on the v1 layout)"));
     json_array_append_new(missing, json_string("disk quotas on the writable layer (not implemented yet)"));
     json_array_append_new(missing, json_string("checkpoint/restore (not implemented yet)"));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:i, s:i}}", "name", "forkbox", "version",
-                     FORKBOX_VERSION, "cgroup", cg, "isolation", iso, "templates", tpl, "tiers", tiers,
-                     "missing", missing, "limits", "json_body_bytes", (json_int_t)(1 << 20), "upload_bytes",
-                     (json_int_t)1 << 30, "max_sandboxes_per_tenant", (int)core->cfg.max_sandboxes,
-                     "uid_ranges", (int)core->cfg.uid_pool_slots);
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:i, s:i}}", "name", "forkbox",
+                     "version", FORKBOX_VERSION, "cgroup", cg, "isolation", iso, "templates", tpl, "tiers",
+                     tiers, "missing", missing, "limits", "json_body_bytes", (json_int_t)(1 << 20),
+                     "upload_bytes", (json_int_t)1 << 30, "max_sandboxes_per_tenant",
+                     (int)core->cfg.max_sandboxes, "uid_ranges", (int)core->cfg.uid_pool_slots);
 }

@@ -18,14 +18,14 @@
 #include "spec.h"
 
 struct fb_core_config {
-    char state_dir[PATH_MAX];  /* sqlite db, templates, writable layers */
-    char run_dir[PATH_MAX];    /* control sockets */
-    char init_path[PATH_MAX];  /* forkbox-init binary */
-    char cache_dir[PATH_MAX];  /* debootstrap package cache */
-    uint32_t uid_pool_start;   /* first host uid handed to sandboxes */
-    uint32_t uid_pool_slots;   /* ranges of FB_UID_COUNT ids in the pool */
-    uint32_t max_sandboxes;    /* per tenant */
-    bool build_default;        /* build the default template if missing */
+    char state_dir[PATH_MAX]; /* sqlite db, templates, writable layers */
+    char run_dir[PATH_MAX];   /* control sockets */
+    char init_path[PATH_MAX]; /* forkbox-init binary */
+    char cache_dir[PATH_MAX]; /* debootstrap package cache */
+    uint32_t uid_pool_start;  /* first host uid handed to sandboxes */
+    uint32_t uid_pool_slots;  /* ranges of FB_UID_COUNT ids in the pool */
+    uint32_t max_sandboxes;   /* per tenant */
+    bool build_default;       /* build the default template if missing */
 };
 
 enum fb_template_state { FB_TPL_MISSING, FB_TPL_BUILDING, FB_TPL_READY, FB_TPL_FAILED };

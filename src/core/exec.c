@@ -8,15 +8,18 @@
 #include "../common/json_util.h"
 #include "../runtime/initconn.h"
 
-static void handle_clearp(struct fb_sandbox_handle *h) { fb_sandbox_handle_clear(h); }
+static void handle_clearp(struct fb_sandbox_handle *h)
+{
+    fb_sandbox_handle_clear(h);
+}
 
 /* Environment of a command: defaults, then the sandbox's env, then the
  * request's; later layers win. */
 static json_t *build_env(json_t *sandbox_env, json_t *exec_env)
 {
-    cleanup_json json_t *merged = json_pack("{s:s, s:s}", "PATH",
-                                            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                            "LANG", "C.UTF-8");
+    cleanup_json json_t *merged =
+        json_pack("{s:s, s:s}", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                  "LANG", "C.UTF-8");
     if (merged == NULL)
         return NULL;
     json_object_update(merged, sandbox_env);
@@ -53,11 +56,11 @@ int fb_exec_start(struct fb_core *core, const char *tenant, const char *id, cons
     json_t *env = build_env(h.env, spec->env);
     if (env == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build environment");
-    cleanup_json json_t *req = json_pack("{s:s, s:o, s:o, s:s, s:s, s:I, s:I, s:b}", "op", "exec", "argv",
-                                         json_incref(argv), "env", env, "cwd", spec->cwd[0] ? spec->cwd : h.workdir,
-                                         "user", spec->user[0] ? spec->user : "root", "timeout_ms",
-                                         (json_int_t)spec->timeout_ms, "max_output", (json_int_t)spec->max_output,
-                                         "stdin", spec->stdin_data != NULL);
+    cleanup_json json_t *req =
+        json_pack("{s:s, s:o, s:o, s:s, s:s, s:I, s:I, s:b}", "op", "exec", "argv", json_incref(argv), "env",
+                  env, "cwd", spec->cwd[0] ? spec->cwd : h.workdir, "user",
+                  spec->user[0] ? spec->user : "root", "timeout_ms", (json_int_t)spec->timeout_ms,
+                  "max_output", (json_int_t)spec->max_output, "stdin", spec->stdin_data != NULL);
     if (req == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build exec request");
     cleanup_close int fd = fb_initconn_open(h.sock_path, err);

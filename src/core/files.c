@@ -10,7 +10,10 @@
 #include "../runtime/initconn.h"
 #include "path.h"
 
-static void handle_clearp(struct fb_sandbox_handle *h) { fb_sandbox_handle_clear(h); }
+static void handle_clearp(struct fb_sandbox_handle *h)
+{
+    fb_sandbox_handle_clear(h);
+}
 #define cleanup_handle __attribute__((cleanup(handle_clearp)))
 
 /* Connects to the sandbox's init and sends req. */
@@ -55,8 +58,8 @@ int fb_files_write_open(struct fb_core *core, const char *tenant, const char *id
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "path: cannot write to /");
     if (mode < 0 || mode > 07777)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "mode: must be an octal mode between 0 and 07777");
-    cleanup_json json_t *req = json_pack("{s:s, s:s, s:i, s:b}", "op", "write", "path", norm, "mode", mode,
-                                         "parents", 1);
+    cleanup_json json_t *req =
+        json_pack("{s:s, s:s, s:i, s:b}", "op", "write", "path", norm, "mode", mode, "parents", 1);
     return open_op(core, tenant, id, req, err);
 }
 
@@ -72,15 +75,16 @@ int fb_files_write_finish(int fd, json_t **out, fb_error_t *err)
     return r;
 }
 
-int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, const char *path, bool recursive,
-                    fb_error_t *err)
+int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, const char *path,
+                    bool recursive, fb_error_t *err)
 {
     char norm[FB_PATH_MAX + 1];
     if (fb_path_normalize(path, norm, sizeof norm, err) < 0)
         return -1;
     if (strcmp(norm, "/") == 0)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "path: cannot delete /");
-    cleanup_json json_t *req = json_pack("{s:s, s:s, s:b}", "op", "delete", "path", norm, "recursive", recursive);
+    cleanup_json json_t *req =
+        json_pack("{s:s, s:s, s:b}", "op", "delete", "path", norm, "recursive", recursive);
     cleanup_close int fd = open_op(core, tenant, id, req, err);
     if (fd < 0)
         return -1;

@@ -22,8 +22,8 @@ int fb_files_write_open(struct fb_core *core, const char *tenant, const char *id
 int fb_files_write_finish(int fd, json_t **out, fb_error_t *err);
 
 /* Removes path; a non-empty directory needs recursive (else conflict). */
-int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, const char *path, bool recursive,
-                    fb_error_t *err);
+int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, const char *path,
+                    bool recursive, fb_error_t *err);
 
 /* Writes a tar of the directory at path to out_fd (a file), at most
  * FB_ARCHIVE_MAX bytes (else payload_too_large). */

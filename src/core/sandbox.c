@@ -14,7 +14,10 @@
 #include "core.h"
 #include "internal.h"
 
-static void row_clearp(struct fb_sandbox_row *r) { fb_sandbox_row_clear(r); }
+static void row_clearp(struct fb_sandbox_row *r)
+{
+    fb_sandbox_row_clear(r);
+}
 #define cleanup_row __attribute__((cleanup(row_clearp)))
 
 void fb_core_container_config(struct fb_core *core, const struct fb_sandbox_row *row, const char *rootfs,
@@ -56,7 +59,8 @@ static json_t *row_to_json(const struct fb_sandbox_row *row)
         json_object_set_new(o, "expires_at", json_null());
     }
     if (json_is_object(spec)) {
-        static const char *const keys[] = {"ttl", "on_expire", "labels", "env", "workdir", "resources", "network"};
+        static const char *const keys[] = {"ttl",     "on_expire", "labels", "env",
+                                           "workdir", "resources", "network"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             json_t *v = json_object_get(spec, keys[i]);
             if (v != NULL)
@@ -100,8 +104,8 @@ static int count_tenant(struct fb_core *core, const char *tenant, size_t *count,
 /* Asks init to create the workdir so the first exec can chdir there. */
 static int make_workdir(const char *sock, const char *workdir, fb_error_t *err)
 {
-    cleanup_json json_t *req = json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", workdir, "mode", 0755,
-                                         "parents", 1);
+    cleanup_json json_t *req =
+        json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", workdir, "mode", 0755, "parents", 1);
     for (int attempt = 0;; attempt++) {
         cleanup_error fb_error_t e = NULL;
         if (fb_initconn_call(sock, req, NULL, &e) == 0)
@@ -190,8 +194,8 @@ int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, jso
     cleanup_error fb_error_t uerr = NULL;
     if (strcmp(row.state, "running") == 0 && fb_cgroup_usage_read(&core->cgroups, row.id, &u, &uerr) == 0)
         json_object_set_new(o, "usage",
-                            json_pack("{s:I, s:I, s:I}", "memory_bytes", (json_int_t)u.memory_bytes, "cpu_usec",
-                                      (json_int_t)u.cpu_usec, "pids", (json_int_t)u.pids));
+                            json_pack("{s:I, s:I, s:I}", "memory_bytes", (json_int_t)u.memory_bytes,
+                                      "cpu_usec", (json_int_t)u.cpu_usec, "pids", (json_int_t)u.pids));
     *out = o;
     return 0;
 }

@@ -11,15 +11,15 @@
 
 #include "../common/error.h"
 
-#define FB_TEMPLATE_NAME_MAX 63   /* [a-z0-9][a-z0-9._-]* */
-#define FB_LABELS_MAX 64          /* labels per sandbox */
+#define FB_TEMPLATE_NAME_MAX 63 /* [a-z0-9][a-z0-9._-]* */
+#define FB_LABELS_MAX 64        /* labels per sandbox */
 #define FB_LABEL_KEY_MAX 63
 #define FB_LABEL_VALUE_MAX 255
-#define FB_ENV_MAX 256            /* env entries per request */
-#define FB_ENV_NAME_MAX 255       /* no '=', no NUL, not empty */
+#define FB_ENV_MAX 256      /* env entries per request */
+#define FB_ENV_NAME_MAX 255 /* no '=', no NUL, not empty */
 #define FB_ENV_VALUE_MAX 32768
-#define FB_ARGV_MAX 4096          /* argv entries */
-#define FB_ARG_MAX 131072         /* bytes per argument; also cmd string */
+#define FB_ARGV_MAX 4096  /* argv entries */
+#define FB_ARG_MAX 131072 /* bytes per argument; also cmd string */
 #define FB_TTL_MAX (10LL * 365 * 24 * 3600)
 #define FB_TIMEOUT_MAX (24 * 3600) /* exec timeout, seconds */
 #define FB_TIMEOUT_DEFAULT 60
@@ -37,11 +37,11 @@ struct fb_resources {
 
 struct fb_create_spec {
     char template_name[FB_TEMPLATE_NAME_MAX + 1]; /* default "default" */
-    int64_t ttl_s;        /* 0: never expires */
-    char on_expire[16];   /* "delete" (default), "pause", "hibernate" */
-    json_t *labels;       /* owned: object of string -> string */
-    json_t *env;          /* owned: object of string -> string */
-    char workdir[4096];   /* absolute normalised path, default "/root" */
+    int64_t ttl_s;                                /* 0: never expires */
+    char on_expire[16];                           /* "delete" (default), "pause", "hibernate" */
+    json_t *labels;                               /* owned: object of string -> string */
+    json_t *env;                                  /* owned: object of string -> string */
+    char workdir[4096];                           /* absolute normalised path, default "/root" */
     struct fb_resources res;
     char network_mode[16]; /* "none" only for now */
 };
@@ -60,14 +60,14 @@ json_t *fb_create_spec_to_json(const struct fb_create_spec *s);
 int fb_create_spec_from_json(json_t *j, struct fb_create_spec *out, fb_error_t *err);
 
 struct fb_exec_spec {
-    char **argv;         /* owned, NULL-terminated; a string cmd becomes /bin/sh -c CMD */
+    char **argv; /* owned, NULL-terminated; a string cmd becomes /bin/sh -c CMD */
     size_t argc;
-    json_t *env;         /* owned: object string -> string (merged over the sandbox env) */
-    char cwd[4096];      /* empty: the sandbox workdir */
+    json_t *env;                /* owned: object string -> string (merged over the sandbox env) */
+    char cwd[4096];             /* empty: the sandbox workdir */
     char user[FB_USER_MAX + 1]; /* name or decimal uid; default "root" */
-    int64_t timeout_ms;  /* 1 ms .. FB_TIMEOUT_MAX s, default FB_TIMEOUT_DEFAULT s */
-    int64_t max_output;  /* bytes kept per stream, default FB_OUTPUT_DEFAULT, max FB_OUTPUT_MAX */
-    char *stdin_data;    /* owned, may be NULL */
+    int64_t timeout_ms;         /* 1 ms .. FB_TIMEOUT_MAX s, default FB_TIMEOUT_DEFAULT s */
+    int64_t max_output;         /* bytes kept per stream, default FB_OUTPUT_DEFAULT, max FB_OUTPUT_MAX */
+    char *stdin_data;           /* owned, may be NULL */
     size_t stdin_len;
 };
 

@@ -18,7 +18,7 @@ enum fb_tar_type {
 };
 
 struct fb_tar_entry {
-    const char *name;     /* member name as stored in the archive */
+    const char *name; /* member name as stored in the archive */
     enum fb_tar_type type;
     const char *linkname; /* symlink target or hardlink source, else NULL */
     mode_t mode;

@@ -108,7 +108,8 @@ int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t
             return fb_error_set(err, FB_ERR_UNAVAILABLE, 0,
                                 "the default template is still being built (first start); retry shortly");
         if (st == FB_TPL_FAILED)
-            return fb_error_set(err, FB_ERR_UNAVAILABLE, 0, "the default template could not be built: %s", msg);
+            return fb_error_set(err, FB_ERR_UNAVAILABLE, 0, "the default template could not be built: %s",
+                                msg);
     }
     struct fb_template_row row;
     cleanup_error fb_error_t e = NULL;
@@ -158,7 +159,8 @@ int fb_template_import(struct fb_core *core, const char *name, const char *tar_p
         (strcmp(name, DEFAULT_TEMPLATE) == 0 && core->default_state == FB_TPL_BUILDING))
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "template %s already exists", name);
     char dir[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX];
-    if (template_dir(core, name, dir, sizeof dir) < 0 || fb_snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir) < 0 ||
+    if (template_dir(core, name, dir, sizeof dir) < 0 ||
+        fb_snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir) < 0 ||
         fb_snprintf(tmp, sizeof tmp, "%s/rootfs.importing", dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "template path");
     fb_rm_rf(tmp);

@@ -24,7 +24,10 @@ static const char usage[] =
     "  --no-default-template do not build the default template on start\n"
     "  --debug               verbose logs [FORKBOX_DEBUG=1]\n";
 
-const char *fb_daemon_usage(void) { return usage; }
+const char *fb_daemon_usage(void)
+{
+    return usage;
+}
 
 int fb_daemon_config_listen(struct fb_daemon_config *cfg, const char *value, fb_error_t *err)
 {
@@ -34,7 +37,8 @@ int fb_daemon_config_listen(struct fb_daemon_config *cfg, const char *value, fb_
     }
     const char *colon = strrchr(value, ':');
     if (colon == NULL || colon == value || (size_t)(colon - value) >= sizeof cfg->listen_host)
-        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "listen: expected HOST:PORT or none, got '%s'", value);
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "listen: expected HOST:PORT or none, got '%s'",
+                            value);
     char *end = NULL;
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
@@ -47,14 +51,15 @@ int fb_daemon_config_listen(struct fb_daemon_config *cfg, const char *value, fb_
     return 0;
 }
 
-static int set_u32(uint32_t *dst, const char *name, const char *v, uint32_t min, uint32_t max, fb_error_t *err)
+static int set_u32(uint32_t *dst, const char *name, const char *v, uint32_t min, uint32_t max,
+                   fb_error_t *err)
 {
     char *end = NULL;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno || *end || v[0] == '\0' || v[0] == '-' || n < min || n > max)
-        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: must be an integer in %u..%u, got '%s'", name, min,
-                            max, v);
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: must be an integer in %u..%u, got '%s'", name,
+                            min, max, v);
     *dst = (uint32_t)n;
     return 0;
 }
@@ -93,10 +98,14 @@ static int apply(struct fb_daemon_config *cfg, const char *name, const char *v, 
 static const struct {
     const char *env, *name;
 } env_map[] = {
-    {"FORKBOX_SOCKET", "socket"},         {"FORKBOX_LISTEN", "listen"},
-    {"FORKBOX_STATE_DIR", "state-dir"},   {"FORKBOX_RUN_DIR", "run-dir"},
-    {"FORKBOX_CACHE_DIR", "cache-dir"},   {"FORKBOX_INIT", "init"},
-    {"FORKBOX_UID_POOL_START", "uid-pool-start"}, {"FORKBOX_UID_POOL_SLOTS", "uid-pool-slots"},
+    {"FORKBOX_SOCKET", "socket"},
+    {"FORKBOX_LISTEN", "listen"},
+    {"FORKBOX_STATE_DIR", "state-dir"},
+    {"FORKBOX_RUN_DIR", "run-dir"},
+    {"FORKBOX_CACHE_DIR", "cache-dir"},
+    {"FORKBOX_INIT", "init"},
+    {"FORKBOX_UID_POOL_START", "uid-pool-start"},
+    {"FORKBOX_UID_POOL_SLOTS", "uid-pool-slots"},
     {"FORKBOX_MAX_SANDBOXES", "max-sandboxes"},
 };
 

@@ -10,8 +10,8 @@
 #include "../common/error.h"
 
 struct fb_daemon_config {
-    char socket_path[108];   /* --socket, FORKBOX_SOCKET; "" = no unix socket */
-    char listen_host[64];    /* --listen HOST:PORT, FORKBOX_LISTEN; "none" disables TCP */
+    char socket_path[108]; /* --socket, FORKBOX_SOCKET; "" = no unix socket */
+    char listen_host[64];  /* --listen HOST:PORT, FORKBOX_LISTEN; "none" disables TCP */
     uint16_t listen_port;
     bool tcp_enabled;
     char state_dir[PATH_MAX]; /* --state-dir, FORKBOX_STATE_DIR */

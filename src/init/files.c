@@ -470,7 +470,8 @@ static int run_op(int conn, json_t *req, long long *written)
         return -EINVAL;
     json_t *jmode = json_object_get(req, "mode");
     int mode = json_is_integer(jmode) ? (int)(json_integer_value(jmode) & 07777) : -1;
-    bool flag = json_is_true(json_object_get(req, "recursive")) || json_is_true(json_object_get(req, "parents"));
+    bool flag =
+        json_is_true(json_object_get(req, "recursive")) || json_is_true(json_object_get(req, "parents"));
     const char *arg = json_string_value(json_object_get(req, "target"));
     *written = -1;
     if (strcmp(op, "write") == 0)

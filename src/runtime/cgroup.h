@@ -18,8 +18,8 @@ enum fb_cgroup_mode {
 
 struct fb_cgroup_host {
     enum fb_cgroup_mode mode;
-    char v2_root[PATH_MAX];    /* v2: mount point of the unified hierarchy */
-    char v1_memory[PATH_MAX];  /* v1: mount points of each controller */
+    char v2_root[PATH_MAX];   /* v2: mount point of the unified hierarchy */
+    char v1_memory[PATH_MAX]; /* v1: mount points of each controller */
     char v1_pids[PATH_MAX];
     char v1_cpu[PATH_MAX];
     char v1_cpuacct[PATH_MAX]; /* v1: CPU time lives here; "" if not mounted, may equal v1_cpu */

@@ -43,7 +43,7 @@ static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urand
 #define N_DEV (sizeof dev_nodes / sizeof dev_nodes[0])
 
 /* /proc entries hidden from the sandbox (bind-mounted over with /dev/null). */
-static const char *const proc_masked[] = {"proc/kcore",     "proc/keys",         "proc/timer_list",
+static const char *const proc_masked[] = {"proc/kcore",       "proc/keys",          "proc/timer_list",
                                           "proc/sched_debug", "proc/sysrq-trigger", "proc/kallsyms"};
 #define N_MASK (sizeof proc_masked / sizeof proc_masked[0])
 
@@ -66,13 +66,20 @@ enum setup_step {
 };
 
 static const char *const step_names[] = {
-    [STEP_SYNC] = "wait for parent",      [STEP_IDS] = "switch to root of the user namespace",
-    [STEP_UNSHARE] = "unshare namespaces", [STEP_PRIVATE] = "make mounts private",
-    [STEP_PROC] = "mount /proc",          [STEP_DEV] = "populate /dev",
-    [STEP_SYS] = "mount /sys",            [STEP_HOSTNAME] = "set hostname",
-    [STEP_LOOPBACK] = "bring up loopback", [STEP_SOCKET] = "bind control socket",
-    [STEP_PIVOT] = "pivot_root",          [STEP_MASK] = "mask /proc",
-    [STEP_CAPS] = "drop capabilities",    [STEP_SECCOMP] = "install seccomp filter",
+    [STEP_SYNC] = "wait for parent",
+    [STEP_IDS] = "switch to root of the user namespace",
+    [STEP_UNSHARE] = "unshare namespaces",
+    [STEP_PRIVATE] = "make mounts private",
+    [STEP_PROC] = "mount /proc",
+    [STEP_DEV] = "populate /dev",
+    [STEP_SYS] = "mount /sys",
+    [STEP_HOSTNAME] = "set hostname",
+    [STEP_LOOPBACK] = "bring up loopback",
+    [STEP_SOCKET] = "bind control socket",
+    [STEP_PIVOT] = "pivot_root",
+    [STEP_MASK] = "mask /proc",
+    [STEP_CAPS] = "drop capabilities",
+    [STEP_SECCOMP] = "install seccomp filter",
     [STEP_EXEC] = "execute forkbox-init",
 };
 
@@ -90,8 +97,8 @@ struct child_plan {
     char rootfs[PATH_MAX];
     char hostname[64];
     struct sockaddr_un sock;
-    char dev_paths[N_DEV][64];     /* host /dev/X */
-    char dev_targets[N_DEV][80];   /* dev/X under the new root */
+    char dev_paths[N_DEV][64];   /* host /dev/X */
+    char dev_targets[N_DEV][80]; /* dev/X under the new root */
 };
 
 static void child_fail(const struct child_plan *p, int step)
@@ -254,7 +261,8 @@ static int write_maps(pid_t pid, uid_t base, fb_error_t *err)
 
 static int mount_idmapped(const char *src, const char *dst, int userns_fd, fb_error_t *err)
 {
-    cleanup_close int tree = (int)open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    cleanup_close int tree =
+        (int)open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (tree < 0)
         return fb_error_sys(err, "open_tree %s", src);
     struct mount_attr attr = {
@@ -389,9 +397,9 @@ int fb_container_start(const struct fb_container_config *c, struct fb_container 
     plan->sync_rd = sync[0];
     plan->report_wr = report[1];
 
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS |
-                                              CLONE_NEWIPC | SIGCHLD,
-                               NULL, NULL, NULL, NULL);
+    pid_t pid = (pid_t)syscall(
+        SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD, NULL,
+        NULL, NULL, NULL);
     if (pid == 0)
         _exit(child_main(plan));
     int clone_errno = errno;

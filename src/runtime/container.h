@@ -26,15 +26,15 @@ struct fb_container_config {
     const char *run_dir;         /* host dir for the control socket (created) */
     uid_t uid_base;              /* host uid/gid of root inside; FB_UID_COUNT ids mapped */
     const char *hostname;
-    int init_fd;                 /* sealed memfd holding forkbox-init */
+    int init_fd; /* sealed memfd holding forkbox-init */
     const struct fb_seccomp_prog *seccomp;
     const struct fb_cgroup_host *cgroups;
     const struct fb_cgroup_limits *limits;
 };
 
 struct fb_container {
-    pid_t init_pid;              /* host pid of forkbox-init */
-    char sock_path[108];         /* its control socket */
+    pid_t init_pid;      /* host pid of forkbox-init */
+    char sock_path[108]; /* its control socket */
 };
 
 /* Creates the sandbox and returns once init is executing.  On failure

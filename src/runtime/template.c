@@ -26,13 +26,14 @@ int fb_template_debootstrap(const char *dest, const char *cache_dir, fb_error_t 
     char cache_arg[4200];
     if (fb_snprintf(cache_arg, sizeof cache_arg, "--cache-dir=%s", cache_dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "cache dir path");
-    char *const argv[] = {"debootstrap", "--variant=minbase", "--include=python3", cache_arg,
-                          "bookworm",    (char *)dest,        NULL};
+    char *const argv[] = {
+        "debootstrap", "--variant=minbase", "--include=python3", cache_arg, "bookworm", (char *)dest, NULL};
     fb_info("building the default template: debootstrap bookworm (minbase + python3) into %s", dest);
     pid_t pid;
     r = posix_spawnp(&pid, "debootstrap", NULL, NULL, argv, environ);
     if (r != 0)
-        return fb_error_set(err, FB_ERR_UNSUPPORTED, r, "run debootstrap (install it: apt-get install debootstrap)");
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, r,
+                            "run debootstrap (install it: apt-get install debootstrap)");
     int status;
     while (waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR)
@@ -40,7 +41,8 @@ int fb_template_debootstrap(const char *dest, const char *cache_dir, fb_error_t 
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fb_rm_rf(dest);
-        return fb_error_set(err, FB_ERR_INTERNAL, 0, "debootstrap failed (status %d); see the log above", status);
+        return fb_error_set(err, FB_ERR_INTERNAL, 0, "debootstrap failed (status %d); see the log above",
+                            status);
     }
     return 0;
 }
@@ -58,10 +60,10 @@ static int extract_in_root(const char *tar_path_fd, int report_fd)
     archive_read_support_filter_all(in);
     archive_read_support_format_tar(in);
     archive_read_support_format_gnutar(in);
-    archive_write_disk_set_options(out, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                                            ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                            ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_XATTR |
-                                            ARCHIVE_EXTRACT_UNLINK);
+    archive_write_disk_set_options(
+        out, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                 ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                 ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_UNLINK);
     if (archive_read_open_fd(in, atoi(tar_path_fd), 65536) != ARCHIVE_OK) {
         snprintf(msg, sizeof msg, "not a readable archive: %s", archive_error_string(in));
         goto done;

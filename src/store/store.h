@@ -48,13 +48,13 @@ int fb_store_key_count(fb_store *s, int64_t *count, fb_error_t *err);
 struct fb_sandbox_row {
     char id[FB_ID_MAX];
     char tenant[FB_ID_MAX];
-    char state[16];                /* starting|running|paused|hibernated|stopped */
+    char state[16]; /* starting|running|paused|hibernated|stopped */
     char template_name[FB_NAME_MAX];
-    int64_t created_ms;            /* unix epoch milliseconds */
-    int64_t expires_ms;            /* -1: never */
-    int64_t init_pid;              /* host pid of forkbox-init, 0 if none */
-    int64_t uid_base;              /* first host uid of the sandbox's range */
-    char *spec_json;               /* owned: the validated create request */
+    int64_t created_ms; /* unix epoch milliseconds */
+    int64_t expires_ms; /* -1: never */
+    int64_t init_pid;   /* host pid of forkbox-init, 0 if none */
+    int64_t uid_base;   /* first host uid of the sandbox's range */
+    char *spec_json;    /* owned: the validated create request */
 };
 
 void fb_sandbox_row_clear(struct fb_sandbox_row *row);

@@ -36,8 +36,12 @@ static void test_env_then_flags(void **state)
     (void)state;
     struct fb_daemon_config cfg;
     fb_error_t err = NULL;
-    char *envp[] = {"FORKBOX_STATE_DIR=/srv/fb", "FORKBOX_LISTEN=0.0.0.0:9000", "FORKBOX_SOCKET=/tmp/a.sock",
-                    "UNRELATED=1", "FORKBOX_DEBUG=1", NULL};
+    char *envp[] = {"FORKBOX_STATE_DIR=/srv/fb",
+                    "FORKBOX_LISTEN=0.0.0.0:9000",
+                    "FORKBOX_SOCKET=/tmp/a.sock",
+                    "UNRELATED=1",
+                    "FORKBOX_DEBUG=1",
+                    NULL};
     char *argv[] = {"forkboxd", "--socket", "/tmp/b.sock", "--max-sandboxes=7", NULL};
     assert_int_equal(parse(&cfg, 4, argv, envp, &err), 0);
     assert_string_equal(cfg.state_dir, "/srv/fb");
@@ -63,9 +67,15 @@ static void test_bad_values(void **state)
 {
     (void)state;
     static const char *const bad[][3] = {
-        {"--listen", "127.0.0.1", NULL},     {"--listen", "127.0.0.1:0", NULL},  {"--listen", "1.2.3.4:70000", NULL},
-        {"--listen", ":80", NULL},           {"--max-sandboxes", "-1", NULL},    {"--max-sandboxes", "0", NULL},
-        {"--uid-pool-slots", "99999", NULL}, {"--uid-pool-start", "12x", NULL}, {"--bogus", "1", NULL},
+        {"--listen", "127.0.0.1", NULL},
+        {"--listen", "127.0.0.1:0", NULL},
+        {"--listen", "1.2.3.4:70000", NULL},
+        {"--listen", ":80", NULL},
+        {"--max-sandboxes", "-1", NULL},
+        {"--max-sandboxes", "0", NULL},
+        {"--uid-pool-slots", "99999", NULL},
+        {"--uid-pool-start", "12x", NULL},
+        {"--bogus", "1", NULL},
         {"--socket", NULL, NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -117,8 +127,9 @@ static void test_commands(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),   cmocka_unit_test(test_env_then_flags), cmocka_unit_test(test_listen_none),
-        cmocka_unit_test(test_bad_values), cmocka_unit_test(test_commands),
+        cmocka_unit_test(test_defaults),    cmocka_unit_test(test_env_then_flags),
+        cmocka_unit_test(test_listen_none), cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_commands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
