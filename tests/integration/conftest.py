@@ -134,7 +134,9 @@ class Daemon:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         log = open(self.log_path, "ab")
         args = [DAEMON, "--state-dir", STATE, "--run-dir", RUN_DIR, "--socket", SOCKET,
-                "--listen", "127.0.0.1:%d" % TCP_PORT, "--cache-dir", "/var/cache/forkbox"]
+                "--listen", "127.0.0.1:%d" % TCP_PORT, "--cache-dir", "/var/cache/forkbox",
+                # a uid pool of its own, apart from any other forkboxd on the host
+                "--uid-pool-start", "100000000"]
         args += list(extra_args)
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
