@@ -13,6 +13,7 @@
 #include "cli/output.h"
 #include "common/cleanup.h"
 #include "common/json_util.h"
+#include "common/util.h"
 
 /* Uploads at least this big get a progress line on a terminal. */
 #define PROGRESS_MIN (1 << 20)

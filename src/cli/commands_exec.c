@@ -10,6 +10,7 @@
 #include "cli/output.h"
 #include "common/cleanup.h"
 #include "common/json_util.h"
+#include "common/util.h"
 
 /* The API's limit on "stdin". */
 #define STDIN_MAX (16u << 20)

@@ -12,6 +12,7 @@
 #include "cli/output.h"
 #include "common/cleanup.h"
 #include "common/json_util.h"
+#include "common/util.h"
 
 char *fb_files_url(const char *id, const char *endpoint, const char *path, const char *extra)
 {

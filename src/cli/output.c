@@ -214,22 +214,6 @@ int fb_base64_decode(const char *in, size_t len, unsigned char *out, size_t *out
     return 0;
 }
 
-int fb_write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 char *fb_sanitize(const char *s)
 {
     char *out = strdup(s != NULL ? s : "");

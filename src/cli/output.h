@@ -33,7 +33,6 @@ char *fb_format_map(const json_t *obj);
 int fb_base64_decode(const char *in, size_t len, unsigned char *out, size_t *outlen);
 
 /* write(2) until done, retrying EINTR.  Returns 0 or -errno. */
-int fb_write_all(int fd, const void *buf, size_t len);
 
 /* A text table with a header row; cells are copied, and control characters
  * from the API are replaced so they cannot drive the terminal. */

@@ -106,12 +106,9 @@ int fb_mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
-int fb_write_file(const char *path, const void *data, size_t len, mode_t mode)
+int fb_write_all(int fd, const void *buf, size_t len)
 {
-    cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0)
-        return -errno;
-    const char *p = data;
+    const char *p = buf;
     while (len > 0) {
         ssize_t n = write(fd, p, len);
         if (n < 0) {
@@ -123,6 +120,14 @@ int fb_write_file(const char *path, const void *data, size_t len, mode_t mode)
         len -= (size_t)n;
     }
     return 0;
+}
+
+int fb_write_file(const char *path, const void *data, size_t len, mode_t mode)
+{
+    cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    return fb_write_all(fd, data, len);
 }
 
 int fb_read_file(const char *path, size_t max, char **out, size_t *outlen)

@@ -31,6 +31,9 @@ int fb_snprintf(char *dst, size_t len, const char *fmt, ...) __attribute__((form
 /* mkdir -p with mode for each created component. Returns 0 or -errno. */
 int fb_mkdir_p(const char *path, mode_t mode);
 
+/* Writes all of buf to fd, retrying short writes and EINTR.  0 or -errno. */
+int fb_write_all(int fd, const void *buf, size_t len);
+
 /* Writes len bytes to path (created with mode, truncated, O_NOFOLLOW).
  * Returns 0 or -errno. */
 int fb_write_file(const char *path, const void *data, size_t len, mode_t mode);

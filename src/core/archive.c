@@ -282,11 +282,7 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
         return -1;
     if (r == 0)
         fb_wire_send(fd, FB_MSG_END, NULL, 0);
-    struct fb_frame f;
-    if (fb_initconn_recv(fd, &f, err) < 0)
-        return -1;
-    r = fb_initconn_check_result(&f, NULL, err);
-    free(f.data);
+    r = fb_initconn_recv_result(fd, NULL, err);
     if (r < 0)
         return -1;
     *out = json_pack("{s:s, s:I}", "path", base, "entries", (json_int_t)count);

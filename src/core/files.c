@@ -38,11 +38,7 @@ int fb_files_read_open(struct fb_core *core, const char *tenant, const char *id,
     cleanup_close int fd = open_op(core, tenant, id, req, err);
     if (fd < 0)
         return -1;
-    struct fb_frame f;
-    if (fb_initconn_recv(fd, &f, err) < 0)
-        return -1;
-    int r = fb_initconn_check_result(&f, meta, err);
-    free(f.data);
+    int r = fb_initconn_recv_result(fd, meta, err);
     if (r < 0)
         return fb_error_wrap(err, "%s", norm);
     return fb_steal_fd(&fd);
@@ -67,12 +63,7 @@ int fb_files_write_finish(int fd, json_t **out, fb_error_t *err)
 {
     if (fb_initconn_send_data(fd, FB_MSG_END, NULL, 0, err) < 0)
         return -1;
-    struct fb_frame f;
-    if (fb_initconn_recv(fd, &f, err) < 0)
-        return -1;
-    int r = fb_initconn_check_result(&f, out, err);
-    free(f.data);
-    return r;
+    return fb_initconn_recv_result(fd, out, err);
 }
 
 int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, const char *path,
@@ -88,11 +79,7 @@ int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, co
     cleanup_close int fd = open_op(core, tenant, id, req, err);
     if (fd < 0)
         return -1;
-    struct fb_frame f;
-    if (fb_initconn_recv(fd, &f, err) < 0)
-        return -1;
-    int r = fb_initconn_check_result(&f, NULL, err);
-    free(f.data);
+    int r = fb_initconn_recv_result(fd, NULL, err);
     if (r < 0 && (*err)->kind == FB_ERR_CONFLICT)
         return fb_error_wrap(err, "%s is a non-empty directory (use recursive=true)", norm);
     return r < 0 ? fb_error_wrap(err, "%s", norm) : 0;

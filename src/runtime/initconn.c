@@ -95,6 +95,16 @@ int fb_initconn_check_result(const struct fb_frame *f, json_t **out, fb_error_t 
     return 0;
 }
 
+int fb_initconn_recv_result(int fd, json_t **out, fb_error_t *err)
+{
+    struct fb_frame f;
+    if (fb_initconn_recv(fd, &f, err) < 0)
+        return -1;
+    int r = fb_initconn_check_result(&f, out, err);
+    free(f.data);
+    return r;
+}
+
 int fb_initconn_call(const char *sock_path, json_t *req, json_t **out, fb_error_t *err)
 {
     cleanup_close int fd = fb_initconn_open(sock_path, err);
@@ -102,10 +112,5 @@ int fb_initconn_call(const char *sock_path, json_t *req, json_t **out, fb_error_
         return -1;
     if (fb_initconn_send(fd, req, err) < 0)
         return -1;
-    struct fb_frame f;
-    if (fb_initconn_recv(fd, &f, err) < 0)
-        return -1;
-    int r = fb_initconn_check_result(&f, out, err);
-    free(f.data);
-    return r;
+    return fb_initconn_recv_result(fd, out, err);
 }

@@ -28,6 +28,10 @@ int fb_initconn_recv(int fd, struct fb_frame *f, fb_error_t *err);
  * payload_too_large). */
 int fb_initconn_check_result(const struct fb_frame *f, json_t **out, fb_error_t *err);
 
+/* Reads the next frame, which must be the op's RESULT, and checks it as
+ * fb_initconn_check_result() does. */
+int fb_initconn_recv_result(int fd, json_t **out, fb_error_t *err);
+
 /* Connects, sends req, expects a RESULT directly: for simple ops. */
 int fb_initconn_call(const char *sock_path, json_t *req, json_t **out, fb_error_t *err);
 
