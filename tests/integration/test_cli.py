@@ -8,6 +8,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socketserver
 import stat
 import subprocess
@@ -72,7 +73,7 @@ def test_help_for_every_command(cmd, flag):
     p = fb(env, *(cmd + [flag]), timeout=10)
     assert p.returncode == 0, (cmd, p.stderr)
     assert p.stdout.startswith("Usage: forkbox"), (cmd, p.stdout)
-    if cmd:
+    if cmd and cmd != ["inspect"]:  # inspect is an alias: its usage names get
         assert " ".join(cmd) in p.stdout.splitlines()[0]
     assert p.stderr == ""
 
@@ -281,6 +282,60 @@ def test_exec_stdin_over_one_mib(cli_env, sid):
     assert p.stdout.strip() == str(2 << 20)
 
 
+def test_exec_binary_output(cli_env, sid):
+    # bytes that are not UTF-8 arrive exactly
+    p = subprocess.run([CLI, "exec", sid, "--", "printf", "\\377\\376abc\\200"], env=cli_env,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p
+    assert p.stdout == b"\xff\xfeabc\x80"
+
+
+@pytest.mark.xfail(reason="BUG: output holding NUL bytes makes the CLI fail: the daemon sends them as "
+                          "\\u0000 in JSON and the client parses without JSON_ALLOW_NUL ('forkboxd sent "
+                          "an invalid event: \\u0000 is not allowed without JSON_ALLOW_NUL', exit 1)",
+                   strict=True)
+@pytest.mark.parametrize("json_mode", [False, True], ids=["stream", "json"])
+def test_exec_output_with_nul_bytes(cli_env, sid, json_mode):
+    args = [CLI] + (["--json"] if json_mode else []) + ["exec", sid, "--", "printf", "a\\000b\\n"]
+    p = subprocess.run(args, env=cli_env, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    if json_mode:
+        assert json.loads(p.stdout)["stdout"] == "a\0b\n"
+    else:
+        assert p.stdout == b"a\0b\n"
+
+
+def test_exec_large_output_is_cut_with_a_warning(cli_env, sid):
+    p = fb(cli_env, "exec", sid, "--", "python3", "-c",
+           "import sys; sys.stdout.write('y' * 3000000)")
+    assert p.stdout == "y" * (1 << 20)
+    assert "truncated" in p.stderr
+
+
+def test_run_interrupted_deletes_its_sandbox(client, cli_env):
+    before = ids_listed(cli_env)
+    proc = subprocess.Popen([CLI, "run", "--label", "suite=cli-sigint", "--", "sleep", "60"], env=cli_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            listed = client.get("/v1/sandboxes?label=suite=cli-sigint").json()["sandboxes"]
+            if listed:
+                break
+            time.sleep(0.05)
+        assert listed, "run never created its sandbox"
+        time.sleep(0.5)  # let the command start
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert client.get("/v1/sandboxes?label=suite=cli-sigint").json()["sandboxes"] == []
+    assert ids_listed(cli_env) == before
+
+
 def test_run_leaves_no_sandbox(cli_env):
     before = ids_listed(cli_env)
     p = fb(cli_env, "run", "--", "python3", "-c", "print(1)")
@@ -317,7 +372,7 @@ def test_files_subcommands(client, cli_env, sid, tmp):
     listing = json.loads(fb(cli_env, "--json", "files", "ls", sid, "/root/fs", check=0).stdout)
     assert [e["name"] for e in listing["entries"]] == ["a.bin"]
     p = fb(cli_env, "files", "rm", sid, "/root/fs")
-    assert p.returncode == 1 and "recursive" in p.stderr or "-r" in p.stderr, p
+    assert p.returncode == 1 and ("recursive" in p.stderr or "-r" in p.stderr), p
     fb(cli_env, "files", "rm", "-r", sid, "/root/fs", check=0)
     p = fb(cli_env, "files", "cat", sid, "/root/fs/a.bin")
     assert p.returncode == 1 and "No such file" in p.stderr, p
@@ -447,6 +502,30 @@ def test_cp_drops_setid_bits(client, cli_env, sid, tmp):
     assert stat.S_IMODE(os.stat(os.path.join(tmp, "d", "t")).st_mode) & 0o7000 == 0
 
 
+def test_cp_empty_file_and_dir(client, cli_env, sid, tmp):
+    os.makedirs(os.path.join(tmp, "up", "emptydir"))
+    open(os.path.join(tmp, "up", "empty"), "w").close()
+    fb(cli_env, "cp", os.path.join(tmp, "up", "emptydir"), sid + ":/root/emptydir", check=0)
+    fb(cli_env, "cp", os.path.join(tmp, "up", "empty"), sid + ":/root/empty", check=0)
+    r = client.exec(sid, "test -d /root/emptydir && ls -A /root/emptydir | wc -l && stat -c %s /root/empty")
+    assert r["stdout"].split() == ["0", "0"], r
+    fb(cli_env, "cp", sid + ":/root/emptydir", os.path.join(tmp, "down-dir"), check=0)
+    fb(cli_env, "cp", sid + ":/root/empty", os.path.join(tmp, "down-file"), check=0)
+    assert os.listdir(os.path.join(tmp, "down-dir")) == []
+    assert os.path.getsize(os.path.join(tmp, "down-file")) == 0
+
+
+def test_cp_dir_with_absolute_symlink_is_refused_whole(client, cli_env, sid, tmp):
+    src = os.path.join(tmp, "withabs")
+    os.makedirs(src)
+    with open(os.path.join(src, "a"), "w") as f:
+        f.write("a")
+    os.symlink("/etc/passwd", os.path.join(src, "abs"))
+    p = fb(cli_env, "cp", src, sid + ":/root/withabs")
+    assert p.returncode == 1 and "absolute symlink" in p.stderr, p
+    assert client.exec(sid, ["test", "-e", "/root/withabs"])["exit_code"] == 1
+
+
 def test_cp_errors(cli_env, sid, tmp):
     p = fb(cli_env, "cp", sid + ":/root/missing", os.path.join(tmp, "x"))
     assert p.returncode == 1 and "No such file" in p.stderr, p
@@ -520,8 +599,12 @@ def tar_of(members):
                 ti.mode = 0o644
                 tf.addfile(ti, io.BytesIO(arg))
                 continue
+            if kind == "hardlink-data":  # a hard link that carries data, as pax allows
+                ti.type, ti.linkname, ti.size = tarfile.LNKTYPE, arg, 4
+                tf.addfile(ti, io.BytesIO(b"evil"))
+                continue
             ti.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE,
-                       "chr": tarfile.CHRTYPE, "fifo": tarfile.FIFOTYPE, "suid": tarfile.REGTYPE}[kind]
+                       "chr": tarfile.CHRTYPE, "fifo": tarfile.FIFOTYPE}[kind]
             if kind in ("symlink", "hardlink"):
                 ti.linkname = arg
             if kind == "dir":
@@ -559,7 +642,8 @@ def test_cp_from_hostile_daemon_never_escapes_destination(fake_daemon, tmp_path)
         "through-relative-symlink": [("l", "symlink", "../victim"), ("l/pwned", "file", b"evil")],
         "hardlink-absolute": [("h", "hardlink", str(victim / "keep")), ("h", "file", b"evil")],
         "hardlink-dotdot": [("h", "hardlink", "../victim/keep")],
-        "hardlink-with-data": [("h", "hardlink", str(victim / "keep"))],
+        "hardlink-with-data": [("h", "hardlink-data", str(victim / "keep"))],
+        "hardlink-relative-with-data": [("h", "hardlink-data", "../victim/keep")],
     }
     for name, members in cases.items():
         srv.tar = tar_of([("ok.txt", "file", b"ok")] + members)
@@ -599,6 +683,30 @@ def test_cp_from_hostile_daemon_skips_devices_and_setid(fake_daemon, tmp_path):
 
 # --- templates -----------------------------------------------------------------------------------
 
+def resolve_in(root, path):
+    """path with every symlink resolved as if root were /; relative to root."""
+    parts, out, hops = path.strip("/").split("/"), [], 0
+    while parts:
+        p = parts.pop(0)
+        if p in ("", "."):
+            continue
+        if p == "..":
+            if out:
+                out.pop()
+            continue
+        cand = os.path.join(root, *out, p)
+        if os.path.islink(cand):
+            hops += 1
+            assert hops < 40, path
+            t = os.readlink(cand)
+            if t.startswith("/"):
+                out = []
+            parts = t.strip("/").split("/") + parts
+        else:
+            out.append(p)
+    return "/".join(out)
+
+
 def tiny_rootfs_tar(path):
     """A few MB root filesystem cut from the default template: dash, echo, cat
     and the libraries they load."""
@@ -609,7 +717,7 @@ def tiny_rootfs_tar(path):
         for line in out.splitlines():
             m = re.search(r"(/\S+)\s+\(0x", line)
             if m:
-                libs.add(os.path.realpath(os.path.join(ROOTFS, m.group(1).lstrip("/")))[len(ROOTFS) + 1:])
+                libs.add(resolve_in(ROOTFS, m.group(1)))
     assert any("libc.so" in l for l in libs), libs
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tf:
         def add_dir(name, mode=0o755):
@@ -716,8 +824,8 @@ def test_template_import_non_tar_fails_clearly(client, cli_env, tmp, content):
         f.write(content)
     p = fb(cli_env, "template", "import", name, path)
     assert p.returncode == 1, p
-    assert p.stderr.startswith("forkbox: ") and name in p.stderr, p.stderr
-    assert "archive" in p.stderr.lower(), p.stderr
+    assert p.stderr.startswith("forkbox: "), p.stderr
+    assert "archive" in p.stderr.lower() or "tarball" in p.stderr.lower(), p.stderr
     assert name not in [t["name"] for t in client.get("/v1/templates").json()["templates"]]
     assert not os.path.exists(os.path.join(STATE, "templates", name))
 
