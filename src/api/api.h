@@ -16,6 +16,8 @@
 #include "../core/core.h"
 
 #define FB_JSON_BODY_MAX (1u << 20)
+/* per listener: each connection is a thread */
+#define FB_CONNECTIONS_MAX 512
 
 enum fb_body_mode {
     FB_BODY_NONE,  /* no body expected (any body is refused with 400) */

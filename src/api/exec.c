@@ -54,8 +54,11 @@ static void set_text(json_t *obj, const char *key, const char *data, size_t len)
     json_object_set_new(obj, k64, b64 ? json_string(b64) : json_null());
 }
 
-static struct MHD_Response *exec_buffered(int fd, unsigned *status)
+/* init caps output per stream; the daemon enforces the same cap itself,
+ * since nothing from a sandbox may size the daemon's memory. */
+static struct MHD_Response *exec_buffered(int fd, int64_t cap, unsigned *status)
 {
+    bool dropped = false;
     struct outbuf out = {0}, errb = {0};
     cleanup_error fb_error_t err = NULL;
     struct MHD_Response *resp = NULL;
@@ -67,7 +70,12 @@ static struct MHD_Response *exec_buffered(int fd, unsigned *status)
             break;
         }
         if (f.type == FB_MSG_STDOUT || f.type == FB_MSG_STDERR) {
-            outbuf_add(f.type == FB_MSG_STDOUT ? &out : &errb, f.data, f.len);
+            struct outbuf *b = f.type == FB_MSG_STDOUT ? &out : &errb;
+            size_t room = b->len < (size_t)cap ? (size_t)cap - b->len : 0;
+            size_t take = f.len < room ? f.len : room;
+            dropped |= take < f.len;
+            if (take > 0)
+                outbuf_add(b, f.data, take);
             free(f.data);
             continue;
         }
@@ -92,6 +100,8 @@ static struct MHD_Response *exec_buffered(int fd, unsigned *status)
             break;
         }
         json_object_del(res, "ok");
+        if (dropped)
+            json_object_set_new(res, "truncated", json_true());
         set_text(res, "stdout", out.data, out.len);
         set_text(res, "stderr", errb.data, errb.len);
         *status = 200;
@@ -260,7 +270,7 @@ struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
     if (fd < 0)
         return fb_resp_error(err, status);
     if (!wants_ndjson(r))
-        return exec_buffered(fd, status);
+        return exec_buffered(fd, spec.max_output, status);
 
     /* the first frame decides between an HTTP error and a stream */
     struct fb_frame first;

@@ -15,6 +15,7 @@
 #include "api.h"
 
 #define LIST_MAX 100000
+#define ENTRY_MAX 8192
 
 static const char *required_path(struct fb_req *r, unsigned *status, struct MHD_Response **resp)
 {
@@ -111,7 +112,8 @@ static struct MHD_Response *list_dir(int fd, json_t *meta, unsigned *status)
             free(f.data);
             break;
         }
-        json_t *e = f.type == FB_MSG_ENTRY ? fb_wire_frame_json(&f) : NULL;
+        /* an entry is a name and a few numbers: anything larger is not one */
+        json_t *e = f.type == FB_MSG_ENTRY && f.len <= ENTRY_MAX ? fb_wire_frame_json(&f) : NULL;
         free(f.data);
         if (e == NULL)
             continue;

@@ -340,7 +340,7 @@ static struct MHD_Daemon *start_daemon(struct fb_api *api, int listen_fd, const 
         d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
                              api, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
                              on_completed, api, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-                             MHD_OPTION_END);
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)FB_CONNECTIONS_MAX, MHD_OPTION_END);
     } else {
         if (inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
             fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "listen address %s is not an IPv4 address", host);
@@ -348,7 +348,8 @@ static struct MHD_Daemon *start_daemon(struct fb_api *api, int listen_fd, const 
         }
         d = MHD_start_daemon(flags, port, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
                              api, MHD_OPTION_SOCK_ADDR, &sin, MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
-                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)FB_CONNECTIONS_MAX, MHD_OPTION_END);
     }
     if (d == NULL)
         fb_error_set(err, FB_ERR_INTERNAL, errno, "start HTTP listener on %s",

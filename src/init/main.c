@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -88,6 +89,12 @@ int main(int argc, char **argv)
         return 1;
     /* A stray SIGPIPE from a vanished daemon must not kill PID 1. */
     signal(SIGPIPE, SIG_IGN);
+    /* Not dumpable: root inside the sandbox (without CAP_SYS_PTRACE) can
+     * then neither open /proc/1/mem nor take init's or a worker's fds with
+     * pidfd_getfd, so the channel to the daemon stays init's alone.
+     * Workers inherit this; commands get the default back at execve. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return 1;
     if (fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC) < 0)
         return 1;
     (void)!chdir("/");

@@ -296,9 +296,10 @@ static int prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
         if (r < 0)
             return fb_error_set(err, FB_ERR_INTERNAL, -r, "create %s", path);
     }
-    /* the setup child runs as the sandbox's unprivileged host uid and must
-     * traverse to rootfs/; it may not list or read anything else here */
-    if (chmod(c->sandbox_dir, 0711) < 0)
+    /* the setup child runs as the sandbox's unprivileged host uid and gid
+     * and must traverse to rootfs/; through the group it may, other host
+     * users may not reach the writable layer at all */
+    if (chown(c->sandbox_dir, 0, c->uid_base) < 0 || chmod(c->sandbox_dir, 0710) < 0)
         return fb_error_sys(err, "prepare %s", c->sandbox_dir);
     /* the writable layer's root is the sandbox's "/": owned by its root */
     if (fb_snprintf(path, sizeof path, "%s/upper", c->sandbox_dir) < 0 ||
@@ -448,7 +449,7 @@ fail_nochild:
 int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err)
 {
     int rc = 0;
-    if (init_pid > 0) {
+    if (init_pid > 0 && fb_container_alive(init_pid)) {
         int pidfd = (int)syscall(SYS_pidfd_open, init_pid, 0);
         if (pidfd >= 0) {
             syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
@@ -512,5 +513,13 @@ int fb_container_alive(pid_t pid)
 {
     if (pid <= 0)
         return 0;
-    return kill(pid, 0) == 0 || errno == EPERM;
+    /* a pid can be reused once its init is gone: only a process executing
+     * the sealed init memfd is ours */
+    char path[64], exe[128];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(path, exe, sizeof exe - 1);
+    if (n < 0)
+        return 0;
+    exe[n] = '\0';
+    return strncmp(exe, "/memfd:forkbox-init", 19) == 0;
 }

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -31,10 +32,11 @@
         "clock_settime", "clock_adjtime", "adjtimex", "syslog", "iopl", "ioperm", "acct", "quotactl",        \
         "lookup_dcookie", "userfaultfd", "vm86", "vm86old", "uselib", "ustat", "sysfs", "_sysctl",           \
         "nfsservctl", "get_kernel_syms", "query_module", "create_module", "kcmp", "process_vm_readv",        \
-        "process_vm_writev", "ptrace", "mbind", "set_mempolicy", "migrate_pages", "move_pages"
+        "process_vm_writev", "ptrace", "mbind", "set_mempolicy", "migrate_pages", "move_pages",              \
+        "pidfd_getfd", "process_madvise", "io_uring_setup", "io_uring_enter", "io_uring_register"
 
 /* Denied only for some arguments (see add_rules). */
-#define DENY_CONDITIONAL "clone", "clone3", "unshare", "personality", "ioctl"
+#define DENY_CONDITIONAL "clone", "clone3", "unshare", "personality", "ioctl", "socket"
 
 static const char *const plain_names[] = {DENY_PLAIN};
 static const char *const denied_names[] = {DENY_PLAIN, DENY_CONDITIONAL, NULL};
@@ -132,6 +134,11 @@ static int add_rules(scmp_filter_ctx ctx, fb_error_t *err)
     /* TIOCSTI types into a terminal shared with the host; TIOCLINUX can
      * do the same through the console selection buffer. */
     if (deny_ioctl(ctx, TIOCSTI, err) < 0 || deny_ioctl(ctx, TIOCLINUX, err) < 0)
+        return -1;
+    /* vsock is not network-namespaced: on a VM host it reaches the
+     * hypervisor side whatever the sandbox's network policy says */
+    const struct scmp_arg_cmp vsock = SCMP_A0(SCMP_CMP_EQ, AF_VSOCK);
+    if (add_rule(ctx, "socket", SCMP_ACT_ERRNO(EAFNOSUPPORT), 1, &vsock, err) < 0)
         return -1;
     return deny_personality(ctx, err);
 }
