@@ -167,6 +167,23 @@ def test_user_added_inside_sandbox_is_usable(sandbox, client):
     assert ex(client, sandbox["id"], ["id", "-u"], user="alice")["stdout"] == "1234\n"
 
 
+@pytest.mark.xfail(reason="BUG: the default user is looked up by the name \"root\" in the sandbox's "
+                          "/etc/passwd; with no such entry (a template or a command that lacks/rewrites it) "
+                          "every exec without an explicit user fails with 400 'unknown user root'",
+                   strict=True)
+def test_default_user_works_without_passwd_entry(client):
+    """An exec with the default user runs as uid 0 even when /etc/passwd has no root line."""
+    sb = client.create()
+    try:
+        r = ex(client, sb["id"], "rm /etc/passwd")
+        assert r["exit_code"] == 0, r
+        r = client.post(exec_path(sb["id"]), {"cmd": ["id", "-u"]})
+        assert r.status == 200, r
+        assert r.json()["stdout"] == "0\n"
+    finally:
+        client.delete("/v1/sandboxes/" + sb["id"])
+
+
 # ---- stdin ----------------------------------------------------------------------
 
 def test_stdin(sandbox, client):
@@ -212,7 +229,10 @@ def test_stdin_with_nul_bytes(sandbox, client):
 def test_stdin_over_one_mib_within_documented_limit(sandbox, client):
     """A 2 MiB stdin (below the documented 16 MiB) is accepted."""
     data = "y" * (2 << 20)
-    r = client.post(exec_path(sandbox["id"]), {"cmd": ["wc", "-c"], "stdin": data})
+    try:
+        r = client.post(exec_path(sandbox["id"]), {"cmd": ["wc", "-c"], "stdin": data})
+    except (BrokenPipeError, ConnectionResetError) as e:
+        pytest.fail("the daemon refused the body before reading it (413): %s" % e)
     assert r.status == 200, r
     assert r.json()["stdout"].strip() == str(2 << 20)
 

@@ -737,7 +737,7 @@ NONUTF8 = b"\xff\xfe-latin1-\xe9"
 def nonutf8_dir(client, sb):
     d = "/root/nonutf8-" + secrets.token_hex(3)
     script = ("import os, sys; d = sys.argv[1].encode(); os.makedirs(d)\n"
-              "for i in range(20): open(d + b'/ok%02d' % i, 'w').close()\n"
+              "for i in range(20): open(d + b'/ok%%02d' %% i, 'w').close()\n"
               "open(d + b'/' + %r, 'w').write('x')\n" % NONUTF8)
     r = client.exec(sb, ["python3", "-c", script, d])
     assert r["exit_code"] == 0, r

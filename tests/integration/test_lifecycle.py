@@ -287,6 +287,85 @@ def test_delete_then_404(client):
     assert r.status == 404, r
 
 
+def test_list_label_value_with_equals(make, client):
+    """A selector splits at the first '=': the value may itself hold '='."""
+    tag = uuid.uuid4().hex[:12]
+    a = make(labels={"run": tag, "expr": "x=y"})
+    r = client.get("/v1/sandboxes?label=run=%s&label=expr=x=y" % tag)
+    assert [s["id"] for s in r.json()["sandboxes"]] == [a["id"]]
+    r = client.get("/v1/sandboxes?label=run=%s&label=expr=x" % tag)
+    assert r.json()["sandboxes"] == []
+
+
+def test_parallel_creates_and_deletes(client):
+    """Eight creates at once all succeed with distinct ids and uid ranges; deletes at once too."""
+    import threading
+    results, errors = [], []
+
+    def create():
+        try:
+            results.append(client.post("/v1/sandboxes", {"labels": {"parallel": "yes"}}))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    ids = [r.json()["id"] for r in results if r.status == 201]
+    try:
+        assert not errors, errors
+        assert [r.status for r in results] == [201] * 8, results
+        assert len(set(ids)) == 8
+        bases = {client.exec(sid, ["cat", "/proc/self/uid_map"])["stdout"].split()[1] for sid in ids}
+        assert len(bases) == 8, bases
+        hostnames = {client.exec(sid, ["hostname"])["stdout"] for sid in ids}
+        assert len(hostnames) == 8
+    finally:
+        statuses = []
+        threads = [threading.Thread(target=lambda sid=sid: statuses.append(
+            client.delete("/v1/sandboxes/" + sid).status)) for sid in ids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert statuses == [204] * len(ids)
+    for sid in ids:
+        assert client.get("/v1/sandboxes/" + sid).status == 404
+        assert not os.path.exists(os.path.join(STATE, "sandboxes", sid))
+
+
+def test_delete_while_exec_runs(client):
+    """Deleting a sandbox ends a running exec promptly with an error, and the delete is quick."""
+    import threading
+    sb = client.create()
+    out = {}
+
+    def run():
+        t0 = time.time()
+        out["r"] = client.post("/v1/sandboxes/%s/exec" % sb["id"], {"cmd": "sleep 30"})
+        out["t"] = time.time() - t0
+
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.5)
+    t0 = time.time()
+    r = client.delete("/v1/sandboxes/" + sb["id"])
+    took = time.time() - t0
+    th.join(30)
+    assert r.status == 204, r
+    assert took < 5, took
+    assert out["t"] < 10, out
+    er = out["r"]
+    assert er.status in (200, 503), er
+    if er.status == 503:
+        assert er.json()["error"]["code"] == "unavailable"
+    else:
+        assert er.json()["signal"] == "KILL"
+    assert client.get("/v1/sandboxes/" + sb["id"]).status == 404
+
+
 # ---- ttl --------------------------------------------------------------------
 
 def test_ttl_refresh_and_clear(sandbox, client):
