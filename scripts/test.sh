@@ -47,7 +47,8 @@ for b in $BUILDS; do
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=23"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     log=$(mktemp)
-    FORKBOX_BUILD_DIR="$(pwd)/$b" python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1 | tee "$log"
+    # one test daemon at a time may own the test socket
+    FORKBOX_BUILD_DIR="$(pwd)/$b" flock /tmp/forkbox-it.lock python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1 | tee "$log"
     summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed|error)|no tests ran" "$log" | tail -1)
     rm -f "$log"
     if [ -z "$summary" ]; then
