@@ -16,6 +16,8 @@
 #include "../core/core.h"
 
 #define FB_JSON_BODY_MAX (1u << 20)
+/* exec bodies carry stdin (up to 16 MiB, more once JSON-escaped) */
+#define FB_EXEC_BODY_MAX (40u << 20)
 /* per listener: each connection is a thread */
 #define FB_CONNECTIONS_MAX 512
 
@@ -40,6 +42,7 @@ struct fb_route {
     enum fb_body_mode body;
     bool auth;
     fb_handler_fn handler;
+    size_t json_max; /* FB_BODY_JSON limit; 0 means FB_JSON_BODY_MAX */
 };
 
 struct fb_req {
@@ -56,6 +59,7 @@ struct fb_req {
     int spool_fd;
     char spool_path[PATH_MAX];
     int file_fd;         /* init connection of a streaming file upload */
+    bool file_refused;   /* init stopped reading the upload: its result says why */
     fb_error_t body_err; /* first error met while receiving the body */
 };
 

@@ -15,6 +15,7 @@
 #include "../common/cleanup.h"
 #include "../common/json_util.h"
 #include "../common/log.h"
+#include "../common/text.h"
 #include "../common/util.h"
 #include "../common/wire.h"
 #include "../core/files.h"
@@ -39,13 +40,23 @@ struct MHD_Response *fb_resp_json(json_t *body)
     return resp;
 }
 
+/* Messages may quote client paths, which need not be UTF-8. */
+static json_t *error_body(enum fb_error_kind kind, const char *msg)
+{
+    size_t n = 0;
+    char *text = fb_utf8_lossy(msg, strlen(msg), &n);
+    json_t *body = json_pack("{s:{s:s, s:s%}}", "error", "code", fb_error_code(kind), "message",
+                             text ? text : "error", text ? n : (size_t)5);
+    free(text);
+    return body;
+}
+
 struct MHD_Response *fb_resp_error(const fb_error_t e, unsigned *status)
 {
     *status = (unsigned)fb_error_http_status(e->kind);
     if (e->kind == FB_ERR_INTERNAL)
         fb_warn("internal error: %s", e->msg);
-    return fb_resp_json(
-        json_pack("{s:{s:s, s:s}}", "error", "code", fb_error_code(e->kind), "message", e->msg));
+    return fb_resp_json(error_body(e->kind, e->msg));
 }
 
 struct MHD_Response *fb_resp_error_new(enum fb_error_kind kind, unsigned *status, const char *fmt, ...)
@@ -56,7 +67,7 @@ struct MHD_Response *fb_resp_error_new(enum fb_error_kind kind, unsigned *status
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     *status = (unsigned)fb_error_http_status(kind);
-    return fb_resp_json(json_pack("{s:{s:s, s:s}}", "error", "code", fb_error_code(kind), "message", msg));
+    return fb_resp_json(error_body(kind, msg));
 }
 
 struct MHD_Response *fb_resp_empty(void)
@@ -80,7 +91,9 @@ int fb_req_json(struct fb_req *r, json_t **out, fb_error_t *err)
     if (r->body_len == 0)
         return 0;
     json_error_t je;
-    json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
+    /* NUL is allowed by the loader so stdin may carry it; every other
+     * string field refuses it in the spec parser */
+    json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (j == NULL)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "malformed JSON body: %s (line %d, column %d)",
                             je.text, je.line, je.column);
@@ -119,11 +132,34 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned statu
     return ret;
 }
 
+/* MHD hands out values as C strings: a %00 in a query would silently cut
+ * a path short.  Values whose length disagrees with their string length
+ * are refused before anything looks at them. */
+static size_t json_limit(const struct fb_req *r)
+{
+    return r->route->json_max ? r->route->json_max : FB_JSON_BODY_MAX;
+}
+
+static enum MHD_Result find_nul(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                const char *value, size_t value_size)
+{
+    (void)kind;
+    bool *bad = cls;
+    if ((key != NULL && strlen(key) != key_size) || (value != NULL && strlen(value) != value_size)) {
+        *bad = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 /* First call of a request: route, authenticate, check declared sizes.
  * Returns a response to send at once, or NULL to go on. */
 static struct MHD_Response *begin(struct fb_req *r, const char *method, const char *url, unsigned *status)
 {
-    bool known = false;
+    bool known = false, nul = false;
+    MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND | MHD_HEADER_KIND, find_nul, &nul);
+    if (nul || strlen(url) > 4096)
+        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "NUL byte in the URL or a header, or URL too long");
     r->route = fb_route_match(method, url, r, &known);
     if (r->route == NULL) {
         if (known)
@@ -135,7 +171,7 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
         if (resp != NULL)
             return resp;
     }
-    long long limit = r->route->body == FB_BODY_JSON   ? FB_JSON_BODY_MAX
+    long long limit = r->route->body == FB_BODY_JSON   ? (long long)json_limit(r)
                       : r->route->body == FB_BODY_NONE ? 0
                                                        : FB_UPLOAD_MAX;
     const char *cl = fb_req_header(r, "Content-Length");
@@ -172,8 +208,8 @@ static void take_body(struct fb_req *r, const char *data, size_t size)
         fb_error_set(&r->body_err, FB_ERR_BAD_REQUEST, 0, "this endpoint takes no body");
         return;
     case FB_BODY_JSON:
-        if (r->body_len + size > FB_JSON_BODY_MAX) {
-            fb_error_set(&r->body_err, FB_ERR_TOO_LARGE, 0, "JSON body exceeds %u bytes", FB_JSON_BODY_MAX);
+        if (r->body_len + size > json_limit(r)) {
+            fb_error_set(&r->body_err, FB_ERR_TOO_LARGE, 0, "JSON body exceeds %zu bytes", json_limit(r));
             return;
         }
         if (r->body_len + size + 1 > r->body_cap) {
@@ -202,13 +238,12 @@ static void take_body(struct fb_req *r, const char *data, size_t size)
         if (r->route->body == FB_BODY_FILE) {
             if (r->file_fd < 0 && fb_files_put_begin(r, &r->body_err) < 0)
                 return;
-            for (size_t off = 0; off < size;) {
+            for (size_t off = 0; off < size && !r->file_refused;) {
                 size_t n = size - off > FB_WIRE_MAX_PAYLOAD ? FB_WIRE_MAX_PAYLOAD : size - off;
-                int w = fb_wire_send(r->file_fd, FB_MSG_DATA, data + off, n);
-                if (w < 0) {
-                    fb_error_set(&r->body_err, FB_ERR_UNAVAILABLE, -w, "sandbox stopped taking the upload");
-                    return;
-                }
+                /* init refused the write and hung up: its result, read at
+                 * the end, says why; the rest of the body is dropped */
+                if (fb_wire_send(r->file_fd, FB_MSG_DATA, data + off, n) < 0)
+                    r->file_refused = true;
                 off += n;
             }
             return;

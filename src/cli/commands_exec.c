@@ -235,7 +235,7 @@ static int handle_event(struct stream *s, const char *line, size_t len, fb_error
     if (len == 0)
         return 0;
     json_error_t jerr;
-    cleanup_json json_t *ev = json_loadb(line, len, 0, &jerr);
+    cleanup_json json_t *ev = json_loadb(line, len, JSON_ALLOW_NUL, &jerr);
     if (ev == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, 0, "forkboxd sent an invalid event: %s", jerr.text);
     const char *type = json_string_value(json_object_get(ev, "type"));
@@ -323,7 +323,7 @@ static int exec_in(struct fb_cli *cli, struct fb_client *c, const char *id, json
     cleanup_json json_t *result = NULL;
     if (r == 0 && s.whole_json) {
         json_error_t jerr;
-        result = json_loadb(s.buf ? s.buf : "", s.len, 0, &jerr);
+        result = json_loadb(s.buf ? s.buf : "", s.len, JSON_ALLOW_NUL, &jerr);
         if (result == NULL)
             r = fb_error_set(err, FB_ERR_INTERNAL, 0, "forkboxd sent invalid JSON: %s", jerr.text);
         else if (cli->json)

@@ -114,3 +114,37 @@ char *fb_base64_encode(const void *data, size_t len)
     out[o] = '\0';
     return out;
 }
+
+long fb_base64_decode(const char *in, size_t inlen, char *out, size_t outlen)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < inlen; i++) {
+        unsigned char c = (unsigned char)in[i];
+        int v;
+        if (c >= 'A' && c <= 'Z')
+            v = c - 'A';
+        else if (c >= 'a' && c <= 'z')
+            v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9')
+            v = c - '0' + 52;
+        else if (c == '+')
+            v = 62;
+        else if (c == '/')
+            v = 63;
+        else if (c == '=')
+            break;
+        else
+            return -1;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o >= outlen)
+                return -1;
+            out[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    return (long)o;
+}

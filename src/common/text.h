@@ -21,4 +21,8 @@ char *fb_utf8_lossy(const char *buf, size_t len, size_t *outlen);
  * allocation failure. */
 char *fb_base64_encode(const void *data, size_t len);
 
+/* Decodes standard base64 (padding optional) into out (outlen bytes);
+ * returns the decoded length or -1 on bad input or overflow. */
+long fb_base64_decode(const char *in, size_t inlen, char *out, size_t outlen);
+
 #endif

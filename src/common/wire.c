@@ -1,10 +1,14 @@
 #include "wire.h"
 
+#include <stdio.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "text.h"
 
 /* send() with MSG_NOSIGNAL so that a peer that went away shows up as -EPIPE
  * instead of a SIGPIPE killing the process; plain write() for non-sockets. */
@@ -107,4 +111,41 @@ json_t *fb_wire_frame_json(const struct fb_frame *f)
         return NULL;
     }
     return j;
+}
+
+int fb_wire_set_bytes(json_t *obj, const char *key, const char *bytes)
+{
+    size_t n = strlen(bytes);
+    char k64[64];
+    snprintf(k64, sizeof k64, "%s_b64", key);
+    if (fb_utf8_valid(bytes, n))
+        return json_object_set_new(obj, key, json_stringn(bytes, n)) == 0 ? 0 : -ENOMEM;
+    char *b64 = fb_base64_encode(bytes, n);
+    if (b64 == NULL)
+        return -ENOMEM;
+    int r = json_object_set_new(obj, k64, json_string(b64));
+    free(b64);
+    return r == 0 ? 0 : -ENOMEM;
+}
+
+int fb_wire_get_bytes(json_t *obj, const char *key, char *buf, size_t len)
+{
+    char k64[64];
+    snprintf(k64, sizeof k64, "%s_b64", key);
+    json_t *v = json_object_get(obj, key);
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        if (n >= len)
+            return -ENAMETOOLONG;
+        memcpy(buf, json_string_value(v), n + 1);
+        return strlen(buf) == n ? 0 : -EINVAL;
+    }
+    v = json_object_get(obj, k64);
+    if (!json_is_string(v))
+        return -ENOENT;
+    long n = fb_base64_decode(json_string_value(v), json_string_length(v), buf, len - 1);
+    if (n < 0)
+        return -EINVAL;
+    buf[n] = '\0';
+    return strlen(buf) == (size_t)n ? 0 : -EINVAL;
 }

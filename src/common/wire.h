@@ -61,6 +61,16 @@ int fb_wire_send_json(int fd, uint16_t type, json_t *obj);
  * malformed or oversized frame, or -errno. */
 int fb_wire_recv(int fd, struct fb_frame *out);
 
+/* File names are bytes, JSON strings are UTF-8: a name that is not UTF-8
+ * travels base64-encoded under "<key>_b64" instead of "<key>".  Sets the
+ * field on obj; returns 0 or -ENOMEM. */
+int fb_wire_set_bytes(json_t *obj, const char *key, const char *bytes);
+
+/* Reads "<key>" or "<key>_b64" from obj into buf (len bytes, NUL
+ * terminated).  Returns 0, -ENOENT when absent, -ENAMETOOLONG, or -EINVAL
+ * (bad base64, or a NUL inside). */
+int fb_wire_get_bytes(json_t *obj, const char *key, char *buf, size_t len);
+
 /* Parses a control frame's payload as a JSON object; NULL if it is not one. */
 json_t *fb_wire_frame_json(const struct fb_frame *f);
 

@@ -51,7 +51,7 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
     if (fb_sandbox_open(core, tenant, id, &h, err) < 0)
         return -1;
     cleanup_close int fd = fb_initconn_open(h.sock_path, err);
-    cleanup_json json_t *req = json_pack("{s:s, s:s}", "op", "walk", "path", norm);
+    cleanup_json json_t *req = fb_initconn_path_req("walk", norm);
     if (fd < 0 || fb_initconn_send(fd, req, err) < 0)
         return -1;
     cleanup_archive_wr struct archive *a = archive_write_new();
@@ -75,10 +75,10 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
         free(f.data);
         if (e == NULL)
             return fb_error_set(err, FB_ERR_INTERNAL, EPROTO, "unexpected frame from sandbox init");
-        const char *name = json_string_value(json_object_get(e, "name"));
+        char name[FB_PATH_MAX + 1], link[FB_PATH_MAX + 1];
         const char *type = json_string_value(json_object_get(e, "type"));
         json_int_t size = json_integer_value(json_object_get(e, "size"));
-        if (name == NULL || type == NULL || size < 0)
+        if (fb_wire_get_bytes(e, "name", name, sizeof name) < 0 || type == NULL || size < 0)
             return fb_error_set(err, FB_ERR_INTERNAL, EPROTO, "malformed entry from sandbox init");
         bool is_file = strcmp(type, "file") == 0;
         total += 512 + (is_file ? size : 0);
@@ -99,8 +99,9 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
             archive_entry_set_filetype(ae, AE_IFDIR);
         } else {
             archive_entry_set_filetype(ae, AE_IFLNK);
-            const char *ln = json_string_value(json_object_get(e, "linkname"));
-            archive_entry_set_symlink(ae, ln ? ln : "");
+            if (fb_wire_get_bytes(e, "linkname", link, sizeof link) < 0)
+                link[0] = '\0';
+            archive_entry_set_symlink(ae, link);
         }
         if (archive_write_header(a, ae) != ARCHIVE_OK)
             return fb_error_set(err, FB_ERR_INTERNAL, 0, "tar header for %s: %s", name,
@@ -220,17 +221,25 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
         cleanup_json json_t *op = NULL;
         int mode = (int)(te.mode & 07777);
         if (te.type == FB_TAR_DIR) {
-            op = json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", full, "mode", mode, "parents", 1);
+            op = fb_initconn_path_req("mkdir", full);
         } else if (te.type == FB_TAR_FILE) {
-            op = json_pack("{s:s, s:s, s:i, s:b}", "op", "write", "path", full, "mode", mode, "parents", 1);
+            op = fb_initconn_path_req("write", full);
         } else if (te.type == FB_TAR_SYMLINK) {
-            op = json_pack("{s:s, s:s, s:s}", "op", "symlink", "path", full, "target", te.linkname);
+            op = fb_initconn_path_req("symlink", full);
+            if (op != NULL && fb_wire_set_bytes(op, "target", te.linkname) < 0)
+                fb_json_decrefp(&op);
         } else {
             char src[FB_PATH_MAX + 1];
             if (fb_path_join_member(base, te.linkname, src, sizeof src, err) < 0)
                 return -1;
-            op = json_pack("{s:s, s:s, s:s}", "op", "link", "path", full, "target", src);
+            op = fb_initconn_path_req("link", full);
+            if (op != NULL && fb_wire_set_bytes(op, "target", src) < 0)
+                fb_json_decrefp(&op);
         }
+        if (op != NULL && (te.type == FB_TAR_DIR || te.type == FB_TAR_FILE) &&
+            (json_object_set_new(op, "mode", json_integer(mode)) < 0 ||
+             json_object_set_new(op, "parents", json_true()) < 0))
+            fb_json_decrefp(&op);
         if (op == NULL)
             return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build op");
         if (strcmp(full, base) == 0 && te.type == FB_TAR_DIR)
@@ -270,11 +279,14 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
         return -1;
     /* the target directory itself, then the members */
     cleanup_json json_t *mk =
-        json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", base, "mode", 0755, "parents", 1);
+        fb_initconn_path_req("mkdir", base);
+    if (mk == NULL || json_object_set_new(mk, "mode", json_integer(0755)) < 0 ||
+        json_object_set_new(mk, "parents", json_true()) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");
     if (strcmp(base, "/") != 0 && fb_initconn_call(h.sock_path, mk, NULL, err) < 0)
         return fb_error_wrap(err, "%s", base);
     cleanup_close int fd = fb_initconn_open(h.sock_path, err);
-    cleanup_json json_t *req = json_pack("{s:s, s:s}", "op", "batch", "path", base);
+    cleanup_json json_t *req = fb_initconn_path_req("batch", base);
     if (fd < 0 || fb_initconn_send(fd, req, err) < 0)
         return -1;
     int r = tar_pass(tar_path, base, fd, &count, err);
@@ -285,6 +297,7 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
     r = fb_initconn_recv_result(fd, NULL, err);
     if (r < 0)
         return -1;
-    *out = json_pack("{s:s, s:I}", "path", base, "entries", (json_int_t)count);
+    *out = json_pack("{s:I}", "entries", (json_int_t)count);
+    fb_wire_set_bytes(*out, "path", base);
     return 0;
 }

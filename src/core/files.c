@@ -34,7 +34,7 @@ int fb_files_read_open(struct fb_core *core, const char *tenant, const char *id,
     char norm[FB_PATH_MAX + 1];
     if (fb_path_normalize(path, norm, sizeof norm, err) < 0)
         return -1;
-    cleanup_json json_t *req = json_pack("{s:s, s:s}", "op", "read", "path", norm);
+    cleanup_json json_t *req = fb_initconn_path_req("read", norm);
     cleanup_close int fd = open_op(core, tenant, id, req, err);
     if (fd < 0)
         return -1;
@@ -55,14 +55,18 @@ int fb_files_write_open(struct fb_core *core, const char *tenant, const char *id
     if (mode < 0 || mode > 07777)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "mode: must be an octal mode between 0 and 07777");
     cleanup_json json_t *req =
-        json_pack("{s:s, s:s, s:i, s:b}", "op", "write", "path", norm, "mode", mode, "parents", 1);
+        fb_initconn_path_req("write", norm);
+    if (req == NULL || json_object_set_new(req, "mode", json_integer(mode)) < 0 ||
+        json_object_set_new(req, "parents", json_true()) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");
     return open_op(core, tenant, id, req, err);
 }
 
 int fb_files_write_finish(int fd, json_t **out, fb_error_t *err)
 {
-    if (fb_initconn_send_data(fd, FB_MSG_END, NULL, 0, err) < 0)
-        return -1;
+    /* if init already refused the write, END cannot be sent but its
+     * result (the reason) is still waiting to be read */
+    (void)fb_wire_send(fd, FB_MSG_END, NULL, 0);
     return fb_initconn_recv_result(fd, out, err);
 }
 
@@ -75,7 +79,9 @@ int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, co
     if (strcmp(norm, "/") == 0)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "path: cannot delete /");
     cleanup_json json_t *req =
-        json_pack("{s:s, s:s, s:b}", "op", "delete", "path", norm, "recursive", recursive);
+        fb_initconn_path_req("delete", norm);
+    if (req == NULL || json_object_set_new(req, "recursive", json_boolean(recursive)) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");
     cleanup_close int fd = open_op(core, tenant, id, req, err);
     if (fd < 0)
         return -1;

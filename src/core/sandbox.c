@@ -112,8 +112,9 @@ static int make_workdir(const char *sock, const char *workdir, fb_error_t *err)
             return 0;
         /* init may still be starting: the socket accepts before it runs */
         if (e->kind != FB_ERR_UNAVAILABLE || attempt >= 200) {
-            *err = fb_steal_ptr(e);
-            return -1;
+            if (e->kind == FB_ERR_UNAVAILABLE || e->kind == FB_ERR_INTERNAL)
+                return fb_error_set(err, e->kind, 0, "workdir %s: %s", workdir, e->msg);
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "workdir %s cannot be created: %s", workdir, e->msg);
         }
         usleep(5000);
     }

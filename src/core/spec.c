@@ -400,7 +400,7 @@ static int parse_argv(json_t *cmd, struct fb_exec_spec *s, fb_error_t *err)
 }
 
 /* A passwd name ([A-Za-z0-9._-], optionally ending in '$', not starting with
- * '-') or a decimal uid below the reserved (uid_t)-1. */
+ * '-') or a decimal uid the sandbox maps (0..65535). */
 static int check_user(const char *u, fb_error_t *err)
 {
     size_t len = strlen(u);
@@ -413,8 +413,9 @@ static int check_user(const char *u, fb_error_t *err)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "user: must be a user name or a decimal uid");
         digits = digits && c >= '0' && c <= '9';
     }
-    if (digits && (len > 10 || strtoull(u, NULL, 10) >= 4294967295ULL))
-        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "user: uid must be below 4294967295");
+    /* a sandbox maps 65536 ids: any other uid cannot be switched to */
+    if (digits && (len > 5 || strtoull(u, NULL, 10) > 65535))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "user: uid must be between 0 and 65535");
     return 0;
 }
 

@@ -19,7 +19,7 @@
 #define FB_ENV_NAME_MAX 255 /* no '=', no NUL, not empty */
 #define FB_ENV_VALUE_MAX 32768
 #define FB_ARGV_MAX 4096  /* argv entries */
-#define FB_ARG_MAX 131072 /* bytes per argument; also cmd string */
+#define FB_ARG_MAX 131071 /* bytes per argument (the kernel counts the NUL too); also cmd string */
 #define FB_TTL_MAX (10LL * 365 * 24 * 3600)
 #define FB_TIMEOUT_MAX (24 * 3600) /* exec timeout, seconds */
 #define FB_TIMEOUT_DEFAULT 60

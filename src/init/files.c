@@ -117,10 +117,15 @@ static const char *type_name(mode_t m)
 
 static json_t *stat_json(const char *name, const struct stat *st)
 {
-    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:i, s:i}", "name", name, "type", type_name(st->st_mode),
+    json_t *j = json_pack("{s:s, s:I, s:i, s:I, s:i, s:i}", "type", type_name(st->st_mode),
                      "size", (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime",
                      (json_int_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000, "uid",
                      (int)st->st_uid, "gid", (int)st->st_gid);
+    if (j != NULL && fb_wire_set_bytes(j, "name", name) < 0) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
 }
 
 static int send_entry(int conn, json_t *e)
@@ -154,6 +159,49 @@ static int send_content(int conn, int fd, off_t size)
     return fb_wire_send(conn, FB_MSG_END, NULL, 0);
 }
 
+/* Files that report size 0 (those of /proc and /sys, or plainly empty)
+ * are read to their end first, up to a bound, so the answer has a length. */
+static int read_unsized(int conn, int fd, const char *path, struct stat *st)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    int r = 0;
+    while (buf != NULL) {
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r = -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len == cap) {
+            r = -EFBIG;
+            break;
+        }
+    }
+    close(fd);
+    if (buf == NULL)
+        return -ENOMEM;
+    if (r < 0) {
+        free(buf);
+        return r;
+    }
+    st->st_size = (off_t)len;
+    fbi_send_ok(conn, stat_json(strrchr(path, '/') ? strrchr(path, '/') + 1 : path, st));
+    for (size_t off = 0; off < len && r == 0;) {
+        size_t n = len - off > CHUNK ? CHUNK : len - off;
+        r = fb_wire_send(conn, FB_MSG_DATA, buf + off, n);
+        off += n;
+    }
+    free(buf);
+    if (r == 0)
+        r = fb_wire_send(conn, FB_MSG_END, NULL, 0);
+    return r < 0 ? r : 1;
+}
+
 static int op_read(int conn, const char *path)
 {
     int pfd = resolve(path, O_PATH, 0);
@@ -176,6 +224,8 @@ static int op_read(int conn, const char *path)
         close(fd);
         return -EAGAIN;
     }
+    if (S_ISREG(st2.st_mode) && st2.st_size == 0)
+        return read_unsized(conn, fd, path, &st2);
     json_t *meta = stat_json(strrchr(path, '/') ? strrchr(path, '/') + 1 : path, &st2);
     fbi_send_ok(conn, meta);
     if (S_ISREG(st2.st_mode)) {
@@ -416,7 +466,7 @@ static int walk(int conn, int dfd, const char *rel, dev_t dev, int depth, int *c
                 continue;
             }
             target[n] = '\0';
-            json_object_set_new(e, "linkname", json_string(target));
+            fb_wire_set_bytes(e, "linkname", target);
         }
         int fd = -1;
         if (S_ISREG(st.st_mode)) {
@@ -465,14 +515,14 @@ static int op_walk(int conn, const char *path)
 static int run_op(int conn, json_t *req, long long *written)
 {
     const char *op = json_string_value(json_object_get(req, "op"));
-    const char *path = json_string_value(json_object_get(req, "path"));
-    if (op == NULL || path == NULL || path[0] != '/')
+    char path[4096], argbuf[4096];
+    if (op == NULL || fb_wire_get_bytes(req, "path", path, sizeof path) < 0 || path[0] != '/')
         return -EINVAL;
     json_t *jmode = json_object_get(req, "mode");
     int mode = json_is_integer(jmode) ? (int)(json_integer_value(jmode) & 07777) : -1;
     bool flag =
         json_is_true(json_object_get(req, "recursive")) || json_is_true(json_object_get(req, "parents"));
-    const char *arg = json_string_value(json_object_get(req, "target"));
+    const char *arg = fb_wire_get_bytes(req, "target", argbuf, sizeof argbuf) == 0 ? argbuf : NULL;
     *written = -1;
     if (strcmp(op, "write") == 0)
         return op_write(conn, path, mode >= 0 ? mode : 0644, flag, written);
@@ -514,8 +564,10 @@ static int op_batch(int conn, const char *base)
         r = run_op(conn, e, &written);
         if (r < 0) {
             char msg[600];
-            const char *p = json_string_value(json_object_get(e, "path"));
-            snprintf(msg, sizeof msg, "%.500s: %s", p ? p : "?", strerror(-r));
+            char p[4096];
+            if (fb_wire_get_bytes(e, "path", p, sizeof p) < 0)
+                strcpy(p, "?");
+            snprintf(msg, sizeof msg, "%.500s: %s", p, strerror(-r));
             fbi_send_error(conn, -r, msg);
             json_decref(e);
             return 1;
@@ -530,8 +582,8 @@ static int op_batch(int conn, const char *base)
 int fbi_files_serve(int conn, json_t *req)
 {
     const char *op = json_string_value(json_object_get(req, "op"));
-    const char *path = json_string_value(json_object_get(req, "path"));
-    if (path == NULL || path[0] != '/') {
+    char path[4096];
+    if (op == NULL || fb_wire_get_bytes(req, "path", path, sizeof path) < 0 || path[0] != '/') {
         fbi_send_error(conn, EINVAL, "path must be absolute");
         return 1;
     }

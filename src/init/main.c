@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/text.h"
 #include "common/wire.h"
 #include "init.h"
 
@@ -25,7 +26,11 @@
 
 void fbi_send_error(int conn, int e, const char *msg)
 {
-    json_t *r = json_pack("{s:b, s:i, s:s}", "ok", 0, "errno", e, "error", msg);
+    /* messages name paths, which may not be UTF-8 */
+    size_t n = 0;
+    char *text = fb_utf8_lossy(msg, strlen(msg), &n);
+    json_t *r = json_pack("{s:b, s:i, s:s}", "ok", 0, "errno", e, "error", text ? text : "error");
+    free(text);
     if (r != NULL) {
         fb_wire_send_json(conn, FB_MSG_RESULT, r);
         json_decref(r);

@@ -49,8 +49,11 @@ int fbi_user_lookup(const char *spec, struct fbi_user *out)
         snprintf(out->home, sizeof out->home, "/");
     }
     FILE *f = fopen("/etc/passwd", "re");
-    if (f == NULL)
-        return by_id ? 0 : -ENOENT;
+    if (f == NULL) {
+        if (strcmp(spec, "root") == 0)
+            snprintf(out->home, sizeof out->home, "/root");
+        return (by_id || strcmp(spec, "root") == 0) ? 0 : -ENOENT;
+    }
     char line[1024];
     int found = 0;
     while (fgets(line, sizeof line, f) != NULL) {
@@ -69,5 +72,10 @@ int fbi_user_lookup(const char *spec, struct fbi_user *out)
         }
     }
     fclose(f);
+    if (!found && strcmp(spec, "root") == 0) {
+        /* an image without /etc/passwd still has a root */
+        snprintf(out->home, sizeof out->home, "/root");
+        return 0;
+    }
     return (found || by_id) ? 0 : -ENOENT;
 }

@@ -144,8 +144,20 @@ static void child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **ar
     }
     if (e == 0) {
         what = "exec";
+        /* HOME comes from the user's passwd entry unless the caller set it */
+        size_t n = 0;
+        int has_home = 0;
+        for (; envp[n] != NULL; n++)
+            has_home |= strncmp(envp[n], "HOME=", 5) == 0;
+        char home[300];
+        char **full = has_home ? envp : calloc(n + 2, sizeof *full);
+        if (full != NULL && !has_home) {
+            memcpy(full, envp, n * sizeof *full);
+            snprintf(home, sizeof home, "HOME=%s", u->home[0] ? u->home : "/");
+            full[n] = home;
+        }
         extern char **environ;
-        environ = envp;
+        environ = full != NULL ? full : envp;
         execvp(argv[0], argv);
         e = errno;
     }

@@ -170,7 +170,10 @@ static int child_main(const struct child_plan *p)
     char go;
     if (read(p->sync_rd, &go, 1) != 1)
         _exit(1); /* parent gave up */
-    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+    /* raw syscalls: glibc's wrappers broadcast the change to every thread
+     * it believes exists, and after clone() from a threaded daemon they
+     * wait forever for threads this process does not have */
+    if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
         child_fail(p, STEP_IDS);
     if (unshare(CLONE_NEWNS | CLONE_NEWCGROUP) < 0)
         child_fail(p, STEP_UNSHARE);

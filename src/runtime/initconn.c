@@ -25,6 +25,16 @@ int fb_initconn_open(const char *sock_path, fb_error_t *err)
     return fb_steal_fd(&fd);
 }
 
+json_t *fb_initconn_path_req(const char *op, const char *path)
+{
+    json_t *req = json_pack("{s:s}", "op", op);
+    if (req != NULL && fb_wire_set_bytes(req, "path", path) < 0) {
+        json_decref(req);
+        return NULL;
+    }
+    return req;
+}
+
 int fb_initconn_send(int fd, json_t *req, fb_error_t *err)
 {
     int r = fb_wire_send_json(fd, FB_MSG_REQUEST, req);

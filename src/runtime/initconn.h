@@ -11,6 +11,10 @@
  * FB_ERR_UNAVAILABLE when init is not answering. */
 int fb_initconn_open(const char *sock_path, fb_error_t *err);
 
+/* A new request object {"op": op, "path": path} (path as bytes, see
+ * fb_wire_set_bytes); NULL on allocation failure. */
+json_t *fb_initconn_path_req(const char *op, const char *path);
+
 /* Sends the op request. */
 int fb_initconn_send(int fd, json_t *req, fb_error_t *err);
 

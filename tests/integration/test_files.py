@@ -20,7 +20,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import SOCKET
+from conftest import SOCKET, STATE
 
 TOKEN = secrets.token_hex(6)
 MARKER = "/tmp/forkbox-host-marker-" + TOKEN
@@ -237,6 +237,24 @@ def test_put_replaces_existing_file(client, sb):
     assert sh_ok(client, sb, "ls -A /root | grep -c fbtmp || true").strip() == "0"
 
 
+def test_concurrent_puts_to_one_path(client, sb):
+    bodies = [("writer-%d-" % i).encode() * (20000 + i) for i in range(8)]
+    statuses = []
+
+    def put(b):
+        statuses.append(client.put(url(sb, "/root/put-concurrent"), raw=b).status)
+
+    threads = [threading.Thread(target=put, args=(b,)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert statuses == [201] * len(bodies)
+    # one writer wins whole; nothing is interleaved, no temp file is left
+    assert client.get(url(sb, "/root/put-concurrent")).body in bodies
+    assert sh_ok(client, sb, "ls -A /root | grep -c fbtmp || true").strip() == "0"
+
+
 def test_put_empty_body(client, sb):
     r = client.put(url(sb, "/root/empty"), raw=b"")
     assert r.status == 201, r
@@ -448,7 +466,7 @@ def test_dotdot_never_reaches_host_marker(client, sb, host_marker, daemon):
         never_host(r)
         assert client.delete(url(sb, p)).status == 404
     # the daemon's own secret is not reachable either
-    keyfile = "/../../../var/lib/forkbox-test/api-key"
+    keyfile = "/../../.." + os.path.join(STATE, "api-key")
     r = client.get(url(sb, keyfile))
     assert r.status == 404 and daemon.key.encode() not in r.body
     # a write "up there" lands in the sandbox's /tmp
@@ -526,8 +544,7 @@ def test_proc_magic_links_are_refused(client, sb, host_marker, target):
 
 
 def test_fd_magic_links_are_refused(client, sb, host_marker):
-    # a process inside holds a host-looking path open? it can only hold sandbox files;
-    # the magic link itself must still be refused
+    # fd/exe/root links are magic links: refused even though they only lead to sandbox objects
     for p in ["/proc/self/fd/0", "/proc/1/fd/0", "/proc/self/exe", "/proc/1/exe", "/proc/self/root"]:
         r = client.get(url(sb, p))
         assert r.status in (400, 404), (p, r)
@@ -847,6 +864,25 @@ def test_archive_put_extracts(client, sb):
     assert ino[0] == ino[1] and ino[0].split()[1] == "2", ino
 
 
+def test_archive_put_onto_a_file_is_refused(client, sb):
+    assert client.put(url(sb, "/root/xt-file"), raw=b"file").status == 201
+    r = client.put(url(sb, "/root/xt-file", endpoint="archive"), raw=make_tar([("a", "file", b"a")]))
+    assert r.status in (400, 409), r
+    assert cat_in(client, sb, "/root/xt-file") == "file"
+
+
+def test_archive_put_through_symlinked_parent_stays_inside(client, sb, host_marker):
+    sh_ok(client, sb, "ln -sfn /tmp /root/xt-tmplink")
+    base = os.path.basename(MARKER_DIR)
+    r = client.put(url(sb, "/root/xt-tmplink/" + base, endpoint="archive"),
+                   raw=make_tar([("keep", "file", b"from-archive"), ("new", "file", b"new")]))
+    assert r.status == 201, r
+    assert cat_in(client, sb, MARKER_DIR + "/keep") == "from-archive"
+    assert not os.path.exists(os.path.join(MARKER_DIR, "new"))
+    host_marker.check()
+    sh_ok(client, sb, "rm -rf " + MARKER_DIR)
+
+
 def test_archive_put_into_existing_dir_replaces_files(client, sb):
     sh_ok(client, sb, "mkdir -p /root/xt2 && echo old > /root/xt2/a && echo keep > /root/xt2/b")
     r = client.put(url(sb, "/root/xt2", endpoint="archive"), raw=make_tar([("a", "file", b"new")]))
@@ -929,18 +965,19 @@ def test_archive_put_hostile_is_rejected_with_nothing_written(client, sb, host_m
     host_marker.check()
 
 
-@pytest.mark.xfail(reason="BUG: the archive check is lexical only; a symlink member reached through an "
-                          "earlier symlink member (x/y -> .., x/y/z -> ..) lets later members be written "
-                          "outside the target path, although api.md promises links pointing outside path "
-                          "reject the archive with nothing written", strict=True)
-def test_archive_put_symlink_chain_outside_target_is_rejected(client, sb):
-    members = [("x", "dir", 0o755), ("x/y", "symlink", ".."), ("x/y/z", "symlink", ".."),
-               ("x/y/z/outside.txt", "file", b"outside")]
-    sh_ok(client, sb, "mkdir -p /root/chain")
-    r = client.put(url(sb, "/root/chain/inner", endpoint="archive"), raw=make_tar(members))
-    written = exists_in(client, sb, "/root/chain/outside.txt")
-    assert not written, "a member was written outside the target directory (status %d)" % r.status
+@pytest.mark.parametrize("members", [
+    # x/y -> .. is the target itself; x/y/z -> .. then lexically stays inside but really is its parent
+    [("x", "dir", 0o755), ("x/y", "symlink", ".."), ("x/y/z", "symlink", ".."),
+     ("x/y/z/outside.txt", "file", b"outside")],
+    # even a link that stays inside is never written through
+    [("sub", "dir", 0o755), ("l", "symlink", "sub"), ("l/f", "file", b"through")],
+], ids=["chain-to-parent", "inside-link"])
+def test_archive_put_never_writes_through_its_own_symlinks(client, sb, members):
+    base = "/root/chain-" + secrets.token_hex(3)
+    r = client.put(url(sb, base + "/inner", endpoint="archive"), raw=make_tar(members))
     assert r.status == 400, r
+    assert "symlink" in r.json()["error"]["message"]
+    assert not exists_in(client, sb, base), "something was written"
 
 
 def test_archive_symlink_chain_still_stays_in_sandbox(client, sb, host_marker):
