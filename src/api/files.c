@@ -127,7 +127,8 @@ static struct MHD_Response *list_dir(int fd, json_t *meta, unsigned *status)
         json_object_del(e, "gid");
         /* a name that is not UTF-8: readable approximation plus exact bytes */
         char raw[4096];
-        if (!json_is_string(json_object_get(e, "name")) && fb_wire_get_bytes(e, "name", raw, sizeof raw) == 0) {
+        if (!json_is_string(json_object_get(e, "name")) &&
+            fb_wire_get_bytes(e, "name", raw, sizeof raw) == 0) {
             size_t n = 0;
             char *lossy = fb_utf8_lossy(raw, strlen(raw), &n);
             json_object_set_new(e, "name", lossy ? json_stringn(lossy, n) : json_string("?"));

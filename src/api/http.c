@@ -159,7 +159,8 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
     bool known = false, nul = false;
     MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND | MHD_HEADER_KIND, find_nul, &nul);
     if (nul || strlen(url) > 4096)
-        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "NUL byte in the URL or a header, or URL too long");
+        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status,
+                                 "NUL byte in the URL or a header, or URL too long");
     r->route = fb_route_match(method, url, r, &known);
     if (r->route == NULL) {
         if (known)

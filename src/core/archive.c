@@ -278,8 +278,7 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
     if (tar_pass(tar_path, base, -1, &count, err) < 0)
         return -1;
     /* the target directory itself, then the members */
-    cleanup_json json_t *mk =
-        fb_initconn_path_req("mkdir", base);
+    cleanup_json json_t *mk = fb_initconn_path_req("mkdir", base);
     if (mk == NULL || json_object_set_new(mk, "mode", json_integer(0755)) < 0 ||
         json_object_set_new(mk, "parents", json_true()) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");

@@ -26,6 +26,8 @@ struct fb_core_config {
     uint32_t uid_pool_slots;  /* ranges of FB_UID_COUNT ids in the pool */
     uint32_t max_sandboxes;   /* per tenant */
     bool build_default;       /* build the default template if missing */
+    bool host_tuning;         /* may tune host settings (cgroup2 favordynmods) */
+    uint32_t warm_pool;       /* warm sandboxes of the default template kept ready */
 };
 
 enum fb_template_state { FB_TPL_MISSING, FB_TPL_BUILDING, FB_TPL_READY, FB_TPL_FAILED };
@@ -39,8 +41,12 @@ struct fb_core {
     pthread_mutex_t lock; /* uid allocation, template builds, reaper */
     enum fb_template_state default_state;
     char default_error[512];
-    pthread_t builder, reaper;
-    bool builder_started, reaper_started;
+    pthread_t builder, reaper, pool_filler;
+    bool builder_started, reaper_started, pool_started;
+    /* warm pool: ids of ready sandboxes, guarded by lock */
+    char (*pool_ids)[FB_ID_MAX];
+    size_t pool_ready;
+    pthread_cond_t pool_cond;
     volatile bool stopping;
 };
 

@@ -54,8 +54,7 @@ int fb_files_write_open(struct fb_core *core, const char *tenant, const char *id
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "path: cannot write to /");
     if (mode < 0 || mode > 07777)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "mode: must be an octal mode between 0 and 07777");
-    cleanup_json json_t *req =
-        fb_initconn_path_req("write", norm);
+    cleanup_json json_t *req = fb_initconn_path_req("write", norm);
     if (req == NULL || json_object_set_new(req, "mode", json_integer(mode)) < 0 ||
         json_object_set_new(req, "parents", json_true()) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");
@@ -78,8 +77,7 @@ int fb_files_delete(struct fb_core *core, const char *tenant, const char *id, co
         return -1;
     if (strcmp(norm, "/") == 0)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "path: cannot delete /");
-    cleanup_json json_t *req =
-        fb_initconn_path_req("delete", norm);
+    cleanup_json json_t *req = fb_initconn_path_req("delete", norm);
     if (req == NULL || json_object_set_new(req, "recursive", json_boolean(recursive)) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");
     cleanup_close int fd = open_op(core, tenant, id, req, err);

@@ -17,6 +17,27 @@ void fb_core_container_config(struct fb_core *core, const struct fb_sandbox_row 
                               struct fb_core_paths *paths, struct fb_container_config *c);
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
+
+/* Tenant name the warm pool's sandboxes belong to; client tenants cannot
+ * start with '_'. */
+#define FB_POOL_TENANT "_pool"
+
+int fb_core_new_row(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                    struct fb_sandbox_row *row, bool insert, fb_error_t *err);
+int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,
+                      const struct fb_create_spec *spec, fb_error_t *err);
+int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err);
+
+/* Hands a warm sandbox to row's tenant with row's spec: on success row
+ * holds the sandbox (id, uid range, init pid), stored and running.
+ * Returns -1 when no warm sandbox fits; the caller starts one cold. */
+int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struct fb_sandbox_row *row);
+int fb_pool_start(struct fb_core *core, fb_error_t *err);
+void fb_pool_stop(struct fb_core *core);
+/* Re-adopted warm sandboxes go back into the pool. */
+void fb_pool_adopt(struct fb_core *core, const char *id);
+/* Destroys every warm sandbox (the template is going away). */
+void fb_pool_drain(struct fb_core *core);
 int fb_core_templates_init(struct fb_core *core, fb_error_t *err);
 void fb_core_templates_stop(struct fb_core *core);
 int fb_core_reaper_start(struct fb_core *core, fb_error_t *err);

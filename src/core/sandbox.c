@@ -102,7 +102,7 @@ static int count_tenant(struct fb_core *core, const char *tenant, size_t *count,
 }
 
 /* Asks init to create the workdir so the first exec can chdir there. */
-static int make_workdir(const char *sock, const char *workdir, fb_error_t *err)
+int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err)
 {
     cleanup_json json_t *req =
         json_pack("{s:s, s:s, s:i, s:b}", "op", "mkdir", "path", workdir, "mode", 0755, "parents", 1);
@@ -114,10 +114,78 @@ static int make_workdir(const char *sock, const char *workdir, fb_error_t *err)
         if (e->kind != FB_ERR_UNAVAILABLE || attempt >= 200) {
             if (e->kind == FB_ERR_UNAVAILABLE || e->kind == FB_ERR_INTERNAL)
                 return fb_error_set(err, e->kind, 0, "workdir %s: %s", workdir, e->msg);
-            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "workdir %s cannot be created: %s", workdir, e->msg);
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "workdir %s cannot be created: %s", workdir,
+                                e->msg);
         }
         usleep(5000);
     }
+}
+
+/* Starts the container of a freshly inserted row and marks it running.
+ * On failure the row and everything started for it are gone again. */
+int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,
+                      const struct fb_create_spec *spec, fb_error_t *err)
+{
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, row, rootfs, &paths, &cc);
+    struct fb_cgroup_limits limits = {
+        .cpus = spec->res.cpus,
+        .memory_bytes = spec->res.memory_mb << 20,
+        .pids = spec->res.pids,
+    };
+    cc.limits = &limits;
+    struct fb_container ct = {0};
+    if (fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0) {
+        fb_container_destroy(&cc, ct.init_pid, NULL);
+        fb_store_sandbox_delete(core->store, row->id, NULL);
+        return fb_error_wrap(err, "create sandbox");
+    }
+    row->init_pid = ct.init_pid;
+    fb_strlcpy(row->state, "running", sizeof row->state);
+    if (fb_store_sandbox_update(core->store, row, err) < 0) {
+        fb_container_destroy(&cc, ct.init_pid, NULL);
+        fb_store_sandbox_delete(core->store, row->id, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+/* Fills a new row (id, tenant, times, spec) and reserves its uid range;
+ * with a quota check unless tenant is the pool's. */
+int fb_core_new_row(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                    struct fb_sandbox_row *row, bool insert, fb_error_t *err)
+{
+    char hex[17];
+    if (fb_random_hex(hex, 8) < 0)
+        return fb_error_sys(err, "random id");
+    snprintf(row->id, sizeof row->id, "sbx_%s", hex);
+    fb_strlcpy(row->tenant, tenant, sizeof row->tenant);
+    fb_strlcpy(row->state, "starting", sizeof row->state);
+    fb_strlcpy(row->template_name, spec->template_name, sizeof row->template_name);
+    row->created_ms = fb_now_ms();
+    row->expires_ms = spec->ttl_s > 0 ? row->created_ms + spec->ttl_s * 1000 : -1;
+    cleanup_json json_t *spec_json = fb_create_spec_to_json(spec);
+    row->spec_json = json_dumps(spec_json, JSON_COMPACT);
+    if (row->spec_json == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "serialise spec");
+
+    /* quota, uid range and row are decided atomically w.r.t. other creates */
+    pthread_mutex_lock(&core->lock);
+    size_t count = 0;
+    int r = 0;
+    if (strcmp(tenant, FB_POOL_TENANT) != 0) {
+        r = count_tenant(core, tenant, &count, err);
+        if (r == 0 && count >= core->cfg.max_sandboxes)
+            r = fb_error_set(err, FB_ERR_QUOTA, 0, "tenant has %zu sandboxes, the maximum is %u", count,
+                             core->cfg.max_sandboxes);
+    }
+    if (r == 0 && insert)
+        r = alloc_uid_base(core, &row->uid_base, err);
+    if (r == 0 && insert)
+        r = fb_store_sandbox_insert(core->store, row, err);
+    pthread_mutex_unlock(&core->lock);
+    return r;
 }
 
 int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
@@ -126,61 +194,21 @@ int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_
     char rootfs[PATH_MAX];
     if (fb_template_rootfs(core, spec->template_name, rootfs, sizeof rootfs, err) < 0)
         return -1;
-
     cleanup_row struct fb_sandbox_row row = {0};
-    char hex[17];
-    if (fb_random_hex(hex, 8) < 0)
-        return fb_error_sys(err, "random id");
-    snprintf(row.id, sizeof row.id, "sbx_%s", hex);
-    fb_strlcpy(row.tenant, tenant, sizeof row.tenant);
-    fb_strlcpy(row.state, "starting", sizeof row.state);
-    fb_strlcpy(row.template_name, spec->template_name, sizeof row.template_name);
-    row.created_ms = fb_now_ms();
-    row.expires_ms = spec->ttl_s > 0 ? row.created_ms + spec->ttl_s * 1000 : -1;
-    cleanup_json json_t *spec_json = fb_create_spec_to_json(spec);
-    row.spec_json = json_dumps(spec_json, JSON_COMPACT);
-    if (row.spec_json == NULL)
-        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "serialise spec");
-
-    /* reserve the uid range and the row atomically w.r.t. other creates */
-    pthread_mutex_lock(&core->lock);
-    size_t count = 0;
-    int r = count_tenant(core, tenant, &count, err);
-    if (r == 0 && count >= core->cfg.max_sandboxes)
-        r = fb_error_set(err, FB_ERR_QUOTA, 0, "tenant has %zu sandboxes, the maximum is %u", count,
-                         core->cfg.max_sandboxes);
-    if (r == 0)
-        r = alloc_uid_base(core, &row.uid_base, err);
-    if (r == 0)
-        r = fb_store_sandbox_insert(core->store, &row, err);
-    pthread_mutex_unlock(&core->lock);
-    if (r < 0)
+    /* a warm sandbox, when one fits, skips the whole start-up */
+    if (fb_core_new_row(core, tenant, spec, &row, false, err) < 0)
         return -1;
-
-    struct fb_core_paths paths;
-    struct fb_container_config cc;
-    fb_core_container_config(core, &row, rootfs, &paths, &cc);
-    struct fb_cgroup_limits limits = {
-        .cpus = spec->res.cpus,
-        .memory_bytes = spec->res.memory_mb << 20,
-        .pids = spec->res.pids,
-    };
-    cc.limits = &limits;
-    struct fb_container ct;
-    if (fb_container_start(&cc, &ct, err) < 0 || make_workdir(ct.sock_path, spec->workdir, err) < 0) {
-        fb_container_destroy(&cc, ct.init_pid, NULL);
-        fb_store_sandbox_delete(core->store, row.id, NULL);
-        return fb_error_wrap(err, "create sandbox");
+    if (fb_pool_claim(core, spec, &row) == 0) {
+        fb_info("sandbox %s created from the warm pool (tenant %s)", row.id, tenant);
+        *out = row_to_json(&row);
+        return 0;
     }
-    row.init_pid = ct.init_pid;
-    fb_strlcpy(row.state, "running", sizeof row.state);
-    if (fb_store_sandbox_update(core->store, &row, err) < 0) {
-        fb_container_destroy(&cc, ct.init_pid, NULL);
-        fb_store_sandbox_delete(core->store, row.id, NULL);
+    fb_sandbox_row_clear(&row);
+    if (fb_core_new_row(core, tenant, spec, &row, true, err) < 0 ||
+        fb_core_start_row(core, &row, rootfs, spec, err) < 0)
         return -1;
-    }
-    fb_info("sandbox %s created (tenant %s, template %s, init pid %d, uid base %lld)", row.id, tenant,
-            row.template_name, (int)ct.init_pid, (long long)row.uid_base);
+    fb_info("sandbox %s created (tenant %s, template %s, init pid %lld, uid base %lld)", row.id, tenant,
+            row.template_name, (long long)row.init_pid, (long long)row.uid_base);
     *out = row_to_json(&row);
     return 0;
 }
@@ -355,11 +383,15 @@ int fb_core_readopt(struct fb_core *core, fb_error_t *err)
             cleanup_error fb_error_t e = NULL;
             alive = fb_initconn_call(paths.sock_path, req, NULL, &e) == 0;
         }
+        if (alive && strcmp(row->tenant, FB_POOL_TENANT) == 0) {
+            fb_pool_adopt(core, row->id);
+            continue;
+        }
         if (alive) {
             fb_info("sandbox %s re-adopted (init pid %lld)", row->id, (long long)row->init_pid);
             continue;
         }
-        if (strcmp(row->state, "starting") == 0) {
+        if (strcmp(row->state, "starting") == 0 || strcmp(row->tenant, FB_POOL_TENANT) == 0) {
             /* a create the previous daemon never finished: nothing to keep */
             fb_container_destroy(&cc, 0, NULL);
             fb_store_sandbox_delete(core->store, row->id, NULL);

@@ -200,19 +200,22 @@ int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err)
         return -1;
     size_t users = 0;
     for (size_t i = 0; i < n; i++)
-        users += strcmp(rows[i].template_name, name) == 0;
+        users += strcmp(rows[i].template_name, name) == 0 && strcmp(rows[i].tenant, FB_POOL_TENANT) != 0;
     fb_sandbox_rows_free(rows, n);
     if (users > 0)
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "template %s is used by %zu sandbox(es)", name, users);
     if (fb_store_template_delete(core->store, name, err) < 0)
         return -1;
-    char dir[PATH_MAX];
-    if (template_dir(core, name, dir, sizeof dir) == 0)
-        fb_rm_rf(dir);
     if (strcmp(name, DEFAULT_TEMPLATE) == 0) {
+        /* warm sandboxes run on it: they go first, and none is refilled
+         * once the template is gone from the store */
         pthread_mutex_lock(&core->lock);
         core->default_state = FB_TPL_MISSING;
         pthread_mutex_unlock(&core->lock);
+        fb_pool_drain(core);
     }
+    char dir[PATH_MAX];
+    if (template_dir(core, name, dir, sizeof dir) == 0)
+        fb_rm_rf(dir);
     return 0;
 }

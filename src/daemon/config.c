@@ -21,7 +21,9 @@ static const char usage[] =
     "  --uid-pool-start N    first host uid given to sandboxes [FORKBOX_UID_POOL_START] (2000000)\n"
     "  --uid-pool-slots N    number of 65536-id ranges [FORKBOX_UID_POOL_SLOTS] (1024)\n"
     "  --max-sandboxes N     per tenant [FORKBOX_MAX_SANDBOXES] (256)\n"
+    "  --warm-pool N         default-template sandboxes kept started ahead [FORKBOX_WARM_POOL] (4)\n"
     "  --no-default-template do not build the default template on start\n"
+    "  --no-host-tuning      leave cgroup2 mount options alone (docs/architecture.md)\n"
     "  --debug               verbose logs [FORKBOX_DEBUG=1]\n";
 
 const char *fb_daemon_usage(void)
@@ -92,6 +94,8 @@ static int apply(struct fb_daemon_config *cfg, const char *name, const char *v, 
         return set_u32(&cfg->uid_pool_slots, name, v, 1, 4096, err);
     if (strcmp(name, "max-sandboxes") == 0)
         return set_u32(&cfg->max_sandboxes, name, v, 1, 100000, err);
+    if (strcmp(name, "warm-pool") == 0)
+        return set_u32(&cfg->warm_pool, name, v, 0, 256, err);
     return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "unknown option --%s", name);
 }
 
@@ -107,6 +111,7 @@ static const struct {
     {"FORKBOX_UID_POOL_START", "uid-pool-start"},
     {"FORKBOX_UID_POOL_SLOTS", "uid-pool-slots"},
     {"FORKBOX_MAX_SANDBOXES", "max-sandboxes"},
+    {"FORKBOX_WARM_POOL", "warm-pool"},
 };
 
 int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, char **envp, fb_error_t *err)
@@ -122,7 +127,9 @@ int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, 
     cfg->uid_pool_start = 2000000;
     cfg->uid_pool_slots = 1024;
     cfg->max_sandboxes = 256;
+    cfg->warm_pool = 4;
     cfg->build_default = true;
+    cfg->host_tuning = true;
     strcpy(cfg->command, "serve");
 
     for (char **e = envp; e && *e; e++) {
@@ -167,6 +174,10 @@ int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, 
             cfg->build_default = false;
             continue;
         }
+        if (strcmp(name, "no-host-tuning") == 0) {
+            cfg->host_tuning = false;
+            continue;
+        }
         char key[32];
         const char *value;
         const char *eq = strchr(name, '=');
@@ -194,6 +205,9 @@ int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, 
             if (set_str(cfg->command_arg, sizeof cfg->command_arg, "tenant", argv[i + 1], err) < 0)
                 return -1;
             const char *t = cfg->command_arg;
+            /* names starting with '_' are forkbox's own (the warm pool) */
+            if (!((*t >= 'a' && *t <= 'z') || (*t >= '0' && *t <= '9')))
+                return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "tenant: must start with [a-z0-9]");
             for (; *t; t++)
                 if (!((*t >= 'a' && *t <= 'z') || (*t >= '0' && *t <= '9') || *t == '-' || *t == '_'))
                     return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "tenant: use [a-z0-9_-]");

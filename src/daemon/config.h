@@ -21,7 +21,9 @@ struct fb_daemon_config {
     uint32_t uid_pool_start;  /* --uid-pool-start, FORKBOX_UID_POOL_START */
     uint32_t uid_pool_slots;  /* --uid-pool-slots, FORKBOX_UID_POOL_SLOTS */
     uint32_t max_sandboxes;   /* --max-sandboxes, FORKBOX_MAX_SANDBOXES */
+    uint32_t warm_pool;       /* --warm-pool, FORKBOX_WARM_POOL */
     bool build_default;       /* --no-default-template turns it off */
+    bool host_tuning;         /* --no-host-tuning turns it off */
     bool debug;               /* --debug, FORKBOX_DEBUG=1 */
     /* the subcommand: "serve" (default), "add-key", "version", "help" */
     char command[16];

@@ -112,6 +112,8 @@ int main(int argc, char **argv)
         .uid_pool_slots = cfg.uid_pool_slots,
         .max_sandboxes = cfg.max_sandboxes,
         .build_default = cfg.build_default,
+        .host_tuning = cfg.host_tuning,
+        .warm_pool = cfg.warm_pool,
     };
     fb_strlcpy(ccfg.state_dir, cfg.state_dir, sizeof ccfg.state_dir);
     fb_strlcpy(ccfg.run_dir, cfg.run_dir, sizeof ccfg.run_dir);

@@ -117,10 +117,10 @@ static const char *type_name(mode_t m)
 
 static json_t *stat_json(const char *name, const struct stat *st)
 {
-    json_t *j = json_pack("{s:s, s:I, s:i, s:I, s:i, s:i}", "type", type_name(st->st_mode),
-                     "size", (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime",
-                     (json_int_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000, "uid",
-                     (int)st->st_uid, "gid", (int)st->st_gid);
+    json_t *j = json_pack("{s:s, s:I, s:i, s:I, s:i, s:i}", "type", type_name(st->st_mode), "size",
+                          (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime",
+                          (json_int_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000, "uid",
+                          (int)st->st_uid, "gid", (int)st->st_gid);
     if (j != NULL && fb_wire_set_bytes(j, "name", name) < 0) {
         json_decref(j);
         j = NULL;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -275,6 +276,30 @@ static int scan_mounts(struct fb_cgroup_host *h, const char *path, fb_error_t *e
     if (ferror(f))
         return fb_error_sys(err, "read %s", path);
     return 0;
+}
+
+int fb_cgroup_favor_dynmods(const char *mountinfo_path, bool *changed, fb_error_t *err)
+{
+    *changed = false;
+    const char *path = mountinfo_path ? mountinfo_path : "/proc/self/mountinfo";
+    cleanup_fclose FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return fb_error_sys(err, "open %s", path);
+    cleanup_free char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) >= 0) {
+        char *mnt = NULL, *fstype = NULL, *opts = NULL;
+        if (parse_mount_line(line, &mnt, &fstype, &opts) < 0 || strcmp(fstype, "cgroup2") != 0)
+            continue;
+        if (list_has(opts, "favordynmods", ","))
+            return 0;
+        /* the option is global in effect: one cgroup2 mount is enough */
+        if (mount(NULL, mnt, NULL, MS_REMOUNT, "favordynmods") < 0)
+            return fb_error_set(err, FB_ERR_UNSUPPORTED, errno, "remount %s with favordynmods", mnt);
+        *changed = true;
+        return 0;
+    }
+    return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "no cgroup2 mount to set favordynmods on");
 }
 
 /* ---- parent cgroups ---- */

@@ -6,6 +6,7 @@
 #define FB_RUNTIME_CGROUP_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -44,6 +45,14 @@ struct fb_cgroup_usage {
  * v1 controllers are mounted.  FB_ERR_UNSUPPORTED with the reason otherwise.
  * Also creates the parent cgroup(s). */
 int fb_cgroup_host_detect(struct fb_cgroup_host *h, const char *mountinfo_path, fb_error_t *err);
+
+/* Moving a task between cgroups takes a global lock whose writer waits for
+ * an RCU grace period (~10 ms) unless a cgroup2 hierarchy is mounted with
+ * "favordynmods", which keeps that lock in its slow-reader mode for good:
+ * the right trade for a host that starts sandboxes all the time.  Remounts
+ * the first cgroup2 mount with it if needed; *changed says whether it did.
+ * FB_ERR_UNSUPPORTED when there is no cgroup2 mount or the kernel refuses. */
+int fb_cgroup_favor_dynmods(const char *mountinfo_path, bool *changed, fb_error_t *err);
 
 /* Creates the sandbox's cgroup(s) named `name` and writes the limits. */
 int fb_cgroup_create(const struct fb_cgroup_host *h, const char *name, const struct fb_cgroup_limits *l,

@@ -535,15 +535,17 @@ int fb_store_sandbox_update(fb_store *s, const struct fb_sandbox_row *row, fb_er
     cleanup_unlock pthread_mutex_t *lock = store_lock(s);
     cleanup_stmt sqlite3_stmt *st = NULL;
     if (prepare(s->db, &st,
-                "UPDATE sandboxes SET state = ?2, expires_ms = ?3, init_pid = ?4, spec_json = ?5"
-                " WHERE id = ?1",
+                "UPDATE sandboxes SET state = ?2, expires_ms = ?3, init_pid = ?4, spec_json = ?5,"
+                " tenant_id = ?6, created_ms = ?7 WHERE id = ?1",
                 err) < 0)
         return -1;
     if (sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_text(st, 2, row->state, -1, SQLITE_STATIC) != SQLITE_OK ||
         bind_expires(st, 3, row->expires_ms) != SQLITE_OK ||
         sqlite3_bind_int64(st, 4, row->init_pid) != SQLITE_OK ||
-        sqlite3_bind_text(st, 5, row->spec_json, -1, SQLITE_STATIC) != SQLITE_OK)
+        sqlite3_bind_text(st, 5, row->spec_json, -1, SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_bind_text(st, 6, row->tenant, -1, SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_bind_int64(st, 7, row->created_ms) != SQLITE_OK)
         return sql_fail(s->db, err, "bind sandbox");
     if (step_done(s->db, st, "update sandbox", err) < 0)
         return -1;

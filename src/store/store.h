@@ -62,7 +62,8 @@ void fb_sandbox_row_clear(struct fb_sandbox_row *row);
 /* Inserts a new row; FB_ERR_CONFLICT if the id exists. */
 int fb_store_sandbox_insert(fb_store *s, const struct fb_sandbox_row *row, fb_error_t *err);
 
-/* Rewrites state, expires_ms, init_pid and spec_json of an existing row. */
+/* Rewrites state, expires_ms, init_pid, spec_json, tenant and created_ms
+ * of an existing row (a warm sandbox changes hands this way). */
 int fb_store_sandbox_update(fb_store *s, const struct fb_sandbox_row *row, fb_error_t *err);
 
 /* Loads a row.  tenant may be NULL (any tenant).  FB_ERR_NOT_FOUND when the

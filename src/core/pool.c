@@ -1,0 +1,195 @@
+/* The warm pool: sandboxes of the default template, started ahead of time
+ * so that a create only has to hand one over (rewrite its limits, labels
+ * and owner) instead of building namespaces, mounts and cgroups while the
+ * client waits.  Warm sandboxes are ordinary stored sandboxes owned by the
+ * internal tenant FB_POOL_TENANT, so a restart re-adopts them like any
+ * other; a background thread keeps the pool at its target size. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/cleanup.h"
+#include "../common/json_util.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "../runtime/container.h"
+#include "core.h"
+#include "internal.h"
+
+#define POOL_TEMPLATE "default"
+#define POOL_RETRY_MS 1000
+
+static void row_clearp(struct fb_sandbox_row *r)
+{
+    fb_sandbox_row_clear(r);
+}
+#define cleanup_row __attribute__((cleanup(row_clearp)))
+
+static void spec_clearp(struct fb_create_spec *s)
+{
+    fb_create_spec_clear(s);
+}
+
+/* Starts one warm sandbox; returns 0 and its id, or -1. */
+static int fill_one(struct fb_core *core, char *id_out)
+{
+    cleanup_error fb_error_t err = NULL;
+    char rootfs[PATH_MAX];
+    if (fb_template_rootfs(core, POOL_TEMPLATE, rootfs, sizeof rootfs, &err) < 0)
+        return -1; /* not built yet, or deleted: try again later */
+    __attribute__((cleanup(spec_clearp))) struct fb_create_spec spec = {0};
+    if (fb_create_spec_parse(NULL, &spec, &err) < 0)
+        return -1;
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (fb_core_new_row(core, FB_POOL_TENANT, &spec, &row, true, &err) < 0 ||
+        fb_core_start_row(core, &row, rootfs, &spec, &err) < 0) {
+        fb_warn("warm pool: %s", err->msg);
+        return -1;
+    }
+    fb_strlcpy(id_out, row.id, FB_ID_MAX);
+    return 0;
+}
+
+static void *filler_main(void *arg)
+{
+    struct fb_core *core = arg;
+    pthread_mutex_lock(&core->lock);
+    while (!core->stopping) {
+        if (core->pool_ready >= core->cfg.warm_pool) {
+            pthread_cond_wait(&core->pool_cond, &core->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&core->lock);
+        char id[FB_ID_MAX];
+        int r = fill_one(core, id);
+        char rootfs[PATH_MAX];
+        cleanup_error fb_error_t terr = NULL;
+        if (r == 0 && fb_template_rootfs(core, POOL_TEMPLATE, rootfs, sizeof rootfs, &terr) < 0) {
+            /* the template was deleted while this one started */
+            fb_sandbox_delete(core, FB_POOL_TENANT, id, NULL);
+            r = 1;
+        }
+        pthread_mutex_lock(&core->lock);
+        if (r == 1) {
+            /* dropped above */
+        } else if (r == 0 && core->pool_ready < core->cfg.warm_pool) {
+            fb_strlcpy(core->pool_ids[core->pool_ready++], id, FB_ID_MAX);
+        } else if (r == 0) {
+            pthread_mutex_unlock(&core->lock);
+            fb_sandbox_delete(core, FB_POOL_TENANT, id, NULL);
+            pthread_mutex_lock(&core->lock);
+        } else if (!core->stopping) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += POOL_RETRY_MS / 1000;
+            pthread_cond_timedwait(&core->pool_cond, &core->lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&core->lock);
+    return NULL;
+}
+
+int fb_pool_start(struct fb_core *core, fb_error_t *err)
+{
+    pthread_cond_init(&core->pool_cond, NULL);
+    core->pool_ids = calloc(core->cfg.warm_pool + 1, sizeof *core->pool_ids);
+    if (core->pool_ids == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "warm pool");
+    if (core->cfg.warm_pool == 0)
+        return 0;
+    if (pthread_create(&core->pool_filler, NULL, filler_main, core) != 0)
+        return fb_error_sys(err, "start warm pool");
+    core->pool_started = true;
+    return 0;
+}
+
+void fb_pool_stop(struct fb_core *core)
+{
+    pthread_mutex_lock(&core->lock);
+    core->stopping = true;
+    pthread_cond_broadcast(&core->pool_cond);
+    pthread_mutex_unlock(&core->lock);
+    if (core->pool_started)
+        pthread_join(core->pool_filler, NULL);
+    core->pool_started = false;
+    /* warm sandboxes stay: the next start re-adopts them */
+    free(core->pool_ids);
+    core->pool_ids = NULL;
+}
+
+void fb_pool_adopt(struct fb_core *core, const char *id)
+{
+    pthread_mutex_lock(&core->lock);
+    bool keep = core->pool_ids != NULL && core->pool_ready < core->cfg.warm_pool;
+    if (keep)
+        fb_strlcpy(core->pool_ids[core->pool_ready++], id, FB_ID_MAX);
+    pthread_mutex_unlock(&core->lock);
+    if (!keep)
+        fb_sandbox_delete(core, FB_POOL_TENANT, id, NULL);
+}
+
+void fb_pool_drain(struct fb_core *core)
+{
+    for (;;) {
+        char id[FB_ID_MAX];
+        pthread_mutex_lock(&core->lock);
+        if (core->pool_ready == 0) {
+            pthread_mutex_unlock(&core->lock);
+            return;
+        }
+        fb_strlcpy(id, core->pool_ids[--core->pool_ready], sizeof id);
+        pthread_mutex_unlock(&core->lock);
+        fb_sandbox_delete(core, FB_POOL_TENANT, id, NULL);
+    }
+}
+
+int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struct fb_sandbox_row *row)
+{
+    if (strcmp(spec->template_name, POOL_TEMPLATE) != 0)
+        return -1;
+    char id[FB_ID_MAX];
+    pthread_mutex_lock(&core->lock);
+    if (core->pool_ready == 0) {
+        pthread_mutex_unlock(&core->lock);
+        return -1;
+    }
+    fb_strlcpy(id, core->pool_ids[--core->pool_ready], sizeof id);
+    pthread_cond_signal(&core->pool_cond);
+    pthread_mutex_unlock(&core->lock);
+
+    cleanup_error fb_error_t err = NULL;
+    cleanup_row struct fb_sandbox_row warm = {0};
+    if (fb_store_sandbox_get(core->store, FB_POOL_TENANT, id, &warm, &err) < 0)
+        return -1;
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, &warm, "", &paths, &cc);
+    struct fb_cgroup_limits limits = {
+        .cpus = spec->res.cpus,
+        .memory_bytes = spec->res.memory_mb << 20,
+        .pids = spec->res.pids,
+    };
+    /* the limits, the workdir and the owner are all that differ from a
+     * sandbox started for this request */
+    if (fb_cgroup_create(&core->cgroups, warm.id, &limits, &err) < 0 ||
+        (strcmp(spec->workdir, "/root") != 0 &&
+         fb_core_make_workdir(paths.sock_path, spec->workdir, &err) < 0)) {
+        fb_warn("warm pool: sandbox %s unusable (%s), discarding it", warm.id, err->msg);
+        fb_sandbox_delete(core, FB_POOL_TENANT, warm.id, NULL);
+        return -1;
+    }
+    fb_strlcpy(warm.tenant, row->tenant, sizeof warm.tenant);
+    warm.created_ms = row->created_ms;
+    warm.expires_ms = row->expires_ms;
+    free(warm.spec_json);
+    warm.spec_json = fb_steal_ptr(row->spec_json);
+    if (fb_store_sandbox_update(core->store, &warm, &err) < 0) {
+        fb_sandbox_delete(core, FB_POOL_TENANT, warm.id, NULL);
+        return -1;
+    }
+    fb_sandbox_row_clear(row);
+    *row = warm;
+    memset(&warm, 0, sizeof warm);
+    return 0;
+}
