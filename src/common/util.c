@@ -28,6 +28,13 @@ int64_t fb_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t fb_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 void fb_time_format(int64_t ms, char *buf, size_t len)
 {
     time_t secs = (time_t)(ms / 1000);

@@ -11,6 +11,7 @@
 /* Wall-clock and monotonic time in milliseconds. */
 int64_t fb_now_ms(void);
 int64_t fb_mono_ms(void);
+int64_t fb_mono_us(void);
 
 /* Formats epoch milliseconds as RFC 3339 UTC ("2026-11-29T10:00:00.123Z")
  * into buf (at least 32 bytes). */

@@ -57,10 +57,16 @@ int fb_wire_send(int fd, uint16_t type, const void *data, size_t len)
     if (len > FB_WIRE_MAX_PAYLOAD)
         return -EMSGSIZE;
     struct fb_frame_header h = {.len = (uint32_t)len, .type = type};
-    char hdr[sizeof h];
-    memcpy(hdr, &h, sizeof h);
-    int r = write_all(fd, hdr, sizeof hdr);
-    if (r < 0 || len == 0)
+    /* small frames go out in one write: one wakeup for the reader */
+    char small[sizeof h + 4096];
+    memcpy(small, &h, sizeof h);
+    if (len <= sizeof small - sizeof h) {
+        if (len > 0)
+            memcpy(small + sizeof h, data, len);
+        return write_all(fd, small, sizeof h + len);
+    }
+    int r = write_all(fd, small, sizeof h);
+    if (r < 0)
         return r;
     return write_all(fd, data, len);
 }

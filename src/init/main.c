@@ -100,6 +100,9 @@ int main(int argc, char **argv)
      * Workers inherit this; commands get the default back at execve. */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
         return 1;
+    /* seed jansson's hash once here, not in every forked worker (each
+     * would read /dev/urandom) */
+    json_object_seed(0);
     if (fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC) < 0)
         return 1;
     (void)!chdir("/");

@@ -28,7 +28,7 @@
 #define CG_CPUS_MAX 4096.0
 #define CG_PIDS_MAX 4194304ULL /* PID_MAX_LIMIT: pids.max accepts nothing larger */
 #define CG_DESTROY_WAIT_MS 2000
-#define CG_POLL_NS 10000000L
+#define CG_POLL_NS 500000L /* 0.5 ms: an exiting task leaves its cgroup within a few */
 #define CG_SMALL_FILE_MAX (64 * 1024)
 #define CG_PROCS_FILE_MAX (4 * 1024 * 1024)
 #define CG_CONTROLLERS "+memory +pids +cpu"

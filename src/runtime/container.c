@@ -452,6 +452,7 @@ fail_nochild:
 int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err)
 {
     int rc = 0;
+    int64_t t_start = fb_mono_us();
     if (init_pid > 0 && fb_container_alive(init_pid)) {
         int pidfd = (int)syscall(SYS_pidfd_open, init_pid, 0);
         if (pidfd >= 0) {
@@ -466,6 +467,7 @@ int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb
             close(pidfd);
         }
     }
+    int64_t t_killed = fb_mono_us();
     fb_error_t cgerr = NULL;
     if (fb_cgroup_destroy(c->cgroups, c->id, &cgerr) < 0) {
         fb_warn("sandbox %s: %s", c->id, cgerr->msg);
@@ -481,6 +483,8 @@ int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb
     r = fb_rm_rf(c->run_dir);
     if (r < 0)
         rc = -1;
+    fb_debug("sandbox %s destroyed: kill %lld us, cgroups+files %lld us", c->id, (long long)(t_killed - t_start),
+             (long long)(fb_mono_us() - t_killed));
     if (rc < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, 0, "sandbox %s was not removed completely", c->id);
     return 0;

@@ -508,7 +508,7 @@ static void test_exec_defaults_and_argv(void **state)
     fb_exec_spec_clear(&s);
 
     static const char *const users[] = {"root",  "nobody", "www-data",   "svc$",
-                                        "a.b_c", "0",      "4294967294", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+                                        "a.b_c", "0",      "65535", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     for (size_t i = 0; i < N(users); i++) {
         exec_ok(json_pack("{s:s, s:s}", "cmd", "id", "user", users[i]), &s);
         assert_string_equal(s.user, users[i]);
@@ -538,8 +538,8 @@ static const struct bad_group exec_refusals[] = {
      {"{'cmd':'id','user':'a b'}", "{'cmd':'id','user':'-r'}", "{'cmd':'id','user':'$'}",
       "{'cmd':'id','user':'a$b'}", "{'cmd':'id','user':'../x'}", "{'cmd':'id','user':'root:x'}"}},
     {"user: must not contain NUL", {"{'cmd':'id','user':'ro\\u0000ot'}"}},
-    {"user: uid must be below 4294967295",
-     {"{'cmd':'id','user':'4294967295'}", "{'cmd':'id','user':'99999999999999999999'}"}},
+    {"user: uid must be between 0 and 65535",
+     {"{'cmd':'id','user':'65536'}", "{'cmd':'id','user':'99999999999999999999'}"}},
     {"user: longer than 32 bytes", {"{'cmd':'id','user':'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'}"}},
     {"timeout: must be a number of seconds between 0.001 and 86400",
      {"{'cmd':'true','timeout':0}", "{'cmd':'true','timeout':0.0009}", "{'cmd':'true','timeout':-1}",
@@ -580,8 +580,8 @@ static void test_exec_cmd_bounds(void **state)
     fb_exec_spec_clear(&s);
     exec_ok(body_with("{'cmd':['echo',@]}", 'x', FB_ARG_MAX), &s);
     fb_exec_spec_clear(&s);
-    exec_bad(body_with("{'cmd':@}", 'x', FB_ARG_MAX + 1), "cmd: longer than 131072 bytes");
-    exec_bad(body_with("{'cmd':['echo',@]}", 'x', FB_ARG_MAX + 1), "cmd[1]: longer than 131072 bytes");
+    exec_bad(body_with("{'cmd':@}", 'x', FB_ARG_MAX + 1), "cmd: longer than 131071 bytes");
+    exec_bad(body_with("{'cmd':['echo',@]}", 'x', FB_ARG_MAX + 1), "cmd[1]: longer than 131071 bytes");
 }
 
 static void test_exec_timeout(void **state)
