@@ -58,9 +58,11 @@ struct fb_req {
     long long received;
     int spool_fd;
     char spool_path[PATH_MAX];
-    int file_fd;         /* init connection of a streaming file upload */
-    bool file_refused;   /* init stopped reading the upload: its result says why */
-    fb_error_t body_err; /* first error met while receiving the body */
+    int file_fd;                  /* init connection of a streaming file upload */
+    bool file_refused;            /* init stopped reading the upload: its result says why */
+    fb_error_t body_err;          /* first error met while receiving the body */
+    struct MHD_Response *pending; /* an early answer, sent once the body is drained */
+    unsigned pending_status;
 };
 
 /* Matches method and path (no query) to a route; fills r->params. */

@@ -282,22 +282,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         unsigned status = 200;
         struct MHD_Response *resp = begin(r, method, url, &status);
-        if (resp != NULL) {
-            r->started = true;
-            return send_response(conn, status, resp);
+        if (resp == NULL)
+            return MHD_YES;
+        /* answering before a small body has been read makes clients that
+         * are still sending it fail with EPIPE instead of reading the
+         * answer: drain up to FB_JSON_BODY_MAX first, refuse beyond */
+        const char *cl = fb_req_header(r, "Content-Length");
+        long long declared = cl ? strtoll(cl, NULL, 10) : -1;
+        if (status != 413 && declared > 0 && declared <= FB_JSON_BODY_MAX) {
+            r->pending = resp;
+            r->pending_status = status;
+            return MHD_YES;
         }
-        return MHD_YES;
+        r->started = true;
+        return send_response(conn, status, resp);
     }
     if (r->started) {
         *upload_data_size = 0; /* an answer is queued: drop the rest */
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        take_body(r, upload_data, *upload_data_size);
+        if (r->pending == NULL)
+            take_body(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
     r->started = true;
+    if (r->pending != NULL) {
+        struct MHD_Response *resp = r->pending;
+        r->pending = NULL;
+        return send_response(conn, r->pending_status, resp);
+    }
     unsigned status = 200;
     struct MHD_Response *resp;
     if (r->body_err != NULL)
@@ -324,6 +339,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->file_fd >= 0)
         close(r->file_fd); /* an unfinished upload: init discards its temp file */
     fb_error_release(&r->body_err);
+    if (r->pending != NULL)
+        MHD_destroy_response(r->pending);
     free(r);
     *con_cls = NULL;
 }

@@ -55,7 +55,9 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
     if (fd < 0 || fb_initconn_send(fd, req, err) < 0)
         return -1;
     cleanup_archive_wr struct archive *a = archive_write_new();
+    /* names are bytes: written as they are, not converted through a locale */
     if (a == NULL || archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+        archive_write_set_options(a, "hdrcharset=BINARY") < ARCHIVE_WARN ||
         archive_write_open_fd(a, out_fd) != ARCHIVE_OK)
         return fb_error_set(err, FB_ERR_INTERNAL, 0, "start tar: %s",
                             a ? archive_error_string(a) : "no memory");
@@ -103,7 +105,7 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
                 link[0] = '\0';
             archive_entry_set_symlink(ae, link);
         }
-        if (archive_write_header(a, ae) != ARCHIVE_OK)
+        if (archive_write_header(a, ae) < ARCHIVE_WARN)
             return fb_error_set(err, FB_ERR_INTERNAL, 0, "tar header for %s: %s", name,
                                 archive_error_string(a));
         if (!is_file)

@@ -483,8 +483,8 @@ int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb
     r = fb_rm_rf(c->run_dir);
     if (r < 0)
         rc = -1;
-    fb_debug("sandbox %s destroyed: kill %lld us, cgroups+files %lld us", c->id, (long long)(t_killed - t_start),
-             (long long)(fb_mono_us() - t_killed));
+    fb_debug("sandbox %s destroyed: kill %lld us, cgroups+files %lld us", c->id,
+             (long long)(t_killed - t_start), (long long)(fb_mono_us() - t_killed));
     if (rc < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, 0, "sandbox %s was not removed completely", c->id);
     return 0;

@@ -221,8 +221,24 @@ def cli_env(daemon):
     return env
 
 
+def wait_pool_settled(timeout=30):
+    """The warm pool refills in the background: wait until it is full so
+    that counts of kernel objects compare like with like."""
+    key = open(os.path.join(STATE, "api-key")).read().strip()
+    c = Client(key)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pool = c.get("/v1/info").json().get("warm_pool", {})
+        if pool.get("ready", 0) >= pool.get("target", 0):
+            time.sleep(0.2)  # a refill that just finished may still be tidying up
+            return
+        time.sleep(0.05)
+    raise RuntimeError("warm pool did not refill")
+
+
 def host_snapshot():
     """Kernel objects a sandbox could leave behind on the host."""
+    wait_pool_settled()
     mounts = open("/proc/self/mountinfo").read().count("\n")
     cgroups = 0
     for root, dirs, _ in os.walk("/sys/fs/cgroup"):

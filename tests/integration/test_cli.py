@@ -272,9 +272,6 @@ def test_exec_stdin(cli_env, sid):
     assert p.stdout == ""
 
 
-@pytest.mark.xfail(reason="BUG: exec stdin is documented up to 16 MiB (api.md, cli.md, exec --help) but "
-                          "it travels in the JSON body, which is capped at 1 MiB: 413 "
-                          "'body of N bytes exceeds the limit of 1048576'", strict=True)
 def test_exec_stdin_over_one_mib(cli_env, sid):
     p = fb(cli_env, "exec", "-i", sid, "--", "wc", "-c", input="x" * (2 << 20))
     assert p.returncode == 0, p.stderr
@@ -289,10 +286,6 @@ def test_exec_binary_output(cli_env, sid):
     assert p.stdout == b"\xff\xfeabc\x80"
 
 
-@pytest.mark.xfail(reason="BUG: output holding NUL bytes makes the CLI fail: the daemon sends them as "
-                          "\\u0000 in JSON and the client parses without JSON_ALLOW_NUL ('forkboxd sent "
-                          "an invalid event: \\u0000 is not allowed without JSON_ALLOW_NUL', exit 1)",
-                   strict=True)
 @pytest.mark.parametrize("json_mode", [False, True], ids=["stream", "json"])
 def test_exec_output_with_nul_bytes(cli_env, sid, json_mode):
     args = [CLI] + (["--json"] if json_mode else []) + ["exec", sid, "--", "printf", "a\\000b\\n"]

@@ -167,10 +167,6 @@ def test_user_added_inside_sandbox_is_usable(sandbox, client):
     assert ex(client, sandbox["id"], ["id", "-u"], user="alice")["stdout"] == "1234\n"
 
 
-@pytest.mark.xfail(reason="BUG: the default user is looked up by the name \"root\" in the sandbox's "
-                          "/etc/passwd; with no such entry (a template or a command that lacks/rewrites it) "
-                          "every exec without an explicit user fails with 400 'unknown user root'",
-                   strict=True)
 def test_default_user_works_without_passwd_entry(client):
     """An exec with the default user runs as uid 0 even when /etc/passwd has no root line."""
     sb = client.create()
@@ -214,9 +210,6 @@ def test_stdin_not_read_is_harmless(sandbox, client):
     assert r["exit_code"] == 0 and r["timed_out"] is False, r
 
 
-@pytest.mark.xfail(reason="BUG: the exec body is parsed without JSON_ALLOW_NUL, so stdin data holding "
-                          "\\u0000 is refused as malformed JSON although the exec spec parser is written to "
-                          "pass NUL bytes in stdin through", strict=True)
 def test_stdin_with_nul_bytes(sandbox, client):
     """stdin is data: NUL bytes in it reach the command."""
     r = client.post(exec_path(sandbox["id"]), {"cmd": ["od", "-An", "-c"], "stdin": "a\u0000b"})
@@ -224,8 +217,6 @@ def test_stdin_with_nul_bytes(sandbox, client):
     assert r.json()["stdout"].split() == ["a", "\\0", "b"]
 
 
-@pytest.mark.xfail(reason="BUG: docs/api.md allows stdin up to 16 MiB but exec bodies are JSON and capped "
-                          "at 1 MiB, so any stdin over ~1 MiB gets 413", strict=True)
 def test_stdin_over_one_mib_within_documented_limit(sandbox, client):
     """A 2 MiB stdin (below the documented 16 MiB) is accepted."""
     data = "y" * (2 << 20)
@@ -313,13 +304,11 @@ def test_killed_by_sigterm(sandbox, client):
     assert r["timed_out"] is False
 
 
-@pytest.mark.xfail(reason="BUG: docs/api.md says a command killed by a signal has exit_code null (128+n only "
-                          "when the timeout killed it), but forkbox-init always reports 128+n", strict=True)
-def test_killed_by_signal_exit_code_null(sandbox, client):
-    """A command killed by a signal (no timeout) has exit_code null, as documented."""
+def test_killed_by_signal_exit_code_128_plus_n(sandbox, client):
+    """A command killed by signal n (no timeout) reports exit_code 128+n and the signal's name, as documented."""
     r = ex(client, sandbox["id"], "kill -9 $$")
     assert r["signal"] == "KILL" and r["timed_out"] is False
-    assert r["exit_code"] is None, r
+    assert r["exit_code"] == 137, r
 
 
 def test_missing_command(sandbox, client):

@@ -322,11 +322,6 @@ def stuck_setup_children(daemon_pid):
     return found
 
 
-@pytest.mark.xfail(reason="BUG: the sandbox setup child, made with a raw clone() from the multi-threaded "
-                          "daemon, calls glibc setresgid()/setresuid(); glibc's set*id broadcast "
-                          "(__nptl_setxid) then waits forever on a futex of a thread that another daemon "
-                          "thread was creating at clone time, so POST /v1/sandboxes hangs whenever other "
-                          "HTTP connections open concurrently", strict=True)
 def test_parallel_creates_while_connections_churn(daemon, client):
     """Creates run in parallel with other connections opening and closing, and none hangs."""
     import threading
