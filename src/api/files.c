@@ -21,9 +21,10 @@
 static const char *required_path(struct fb_req *r, unsigned *status, struct MHD_Response **resp)
 {
     const char *p = fb_req_query(r, "path");
-    if (p == NULL || *p == '\0')
-        *resp = fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "path: query parameter required");
-    return p;
+    if (p != NULL && *p != '\0')
+        return p;
+    *resp = fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "path: query parameter required");
+    return NULL;
 }
 
 /* Parses "0644"-style modes (octal digits only). */

@@ -507,8 +507,8 @@ static void test_exec_defaults_and_argv(void **state)
     assert_string_equal(s.cwd, "/root/x");
     fb_exec_spec_clear(&s);
 
-    static const char *const users[] = {"root",  "nobody", "www-data",   "svc$",
-                                        "a.b_c", "0",      "65535", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    static const char *const users[] = {"root",  "nobody", "www-data", "svc$",
+                                        "a.b_c", "0",      "65535",    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     for (size_t i = 0; i < N(users); i++) {
         exec_ok(json_pack("{s:s, s:s}", "cmd", "id", "user", users[i]), &s);
         assert_string_equal(s.user, users[i]);
