@@ -21,6 +21,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->cfg = *cfg;
     core->init_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
+    pthread_cond_init(&core->pool_cond, NULL);
     /* sandbox paths are built from these; socket paths must fit sun_path */
     if (strlen(cfg->state_dir) > 2048 || strlen(cfg->run_dir) > 40)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, ENAMETOOLONG,

@@ -7,14 +7,19 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../common/cleanup.h"
 #include "../common/json_util.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../common/wire.h"
 #include "../runtime/container.h"
 #include "core.h"
+#include "exec.h"
 #include "internal.h"
 
 #define POOL_TEMPLATE "default"
@@ -29,6 +34,28 @@ static void row_clearp(struct fb_sandbox_row *r)
 static void spec_clearp(struct fb_create_spec *s)
 {
     fb_create_spec_clear(s);
+}
+
+/* A fresh overlay has cold lookup caches: one throwaway command (the
+ * shell and the dynamic loader, as most commands use them) makes the
+ * client's first command as fast as its later ones. */
+static void warm_up(struct fb_core *core, const char *id)
+{
+    static char *const argv[] = {"/bin/sh", "-c", "true", NULL};
+    struct fb_exec_spec spec = {.argv = (char **)argv, .argc = 3, .timeout_ms = 5000, .max_output = 4096};
+    cleanup_error fb_error_t err = NULL;
+    cleanup_close int fd = fb_exec_start(core, FB_POOL_TENANT, id, &spec, &err);
+    if (fd < 0)
+        return;
+    for (;;) {
+        struct fb_frame f;
+        if (fb_wire_recv(fd, &f) < 0)
+            return;
+        uint16_t type = f.type;
+        free(f.data);
+        if (type == FB_MSG_RESULT)
+            return;
+    }
 }
 
 /* Starts one warm sandbox; returns 0 and its id, or -1. */
@@ -48,12 +75,18 @@ static int fill_one(struct fb_core *core, char *id_out)
         return -1;
     }
     fb_strlcpy(id_out, row.id, FB_ID_MAX);
+    warm_up(core, row.id);
     return 0;
 }
 
 static void *filler_main(void *arg)
 {
     struct fb_core *core = arg;
+    /* Refilling is background work: at the lowest priority it cannot slow
+     * the command a client runs in the sandbox it just took.  The warm
+     * sandboxes inherit the niceness; a claim gives it back (see below). */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) < 0)
+        fb_debug("warm pool: cannot lower the filler's priority: %s", strerror(errno));
     pthread_mutex_lock(&core->lock);
     while (!core->stopping) {
         if (core->pool_ready >= core->cfg.warm_pool) {
@@ -92,7 +125,6 @@ static void *filler_main(void *arg)
 
 int fb_pool_start(struct fb_core *core, fb_error_t *err)
 {
-    pthread_cond_init(&core->pool_cond, NULL);
     core->pool_ids = calloc(core->cfg.warm_pool + 1, sizeof *core->pool_ids);
     if (core->pool_ids == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "warm pool");
@@ -113,7 +145,10 @@ void fb_pool_stop(struct fb_core *core)
     if (core->pool_started)
         pthread_join(core->pool_filler, NULL);
     core->pool_started = false;
-    /* warm sandboxes stay: the next start re-adopts them */
+    /* Users' sandboxes outlive the daemon; warm ones are the daemon's own
+     * and cheap to rebuild, so a clean stop takes them down (after a crash
+     * the next start re-adopts them instead). */
+    fb_pool_drain(core);
     free(core->pool_ids);
     core->pool_ids = NULL;
 }
@@ -179,6 +214,10 @@ int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struc
         fb_sandbox_delete(core, FB_POOL_TENANT, warm.id, NULL);
         return -1;
     }
+    /* the sandbox was started by the low-priority filler: its init (and
+     * so everything it will start) runs at normal priority from now on */
+    if (setpriority(PRIO_PROCESS, (id_t)warm.init_pid, 0) < 0)
+        fb_warn("warm pool: renice sandbox %s: %s", warm.id, strerror(errno));
     fb_strlcpy(warm.tenant, row->tenant, sizeof warm.tenant);
     warm.created_ms = row->created_ms;
     warm.expires_ms = row->expires_ms;

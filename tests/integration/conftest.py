@@ -195,6 +195,10 @@ def daemon():
     d = Daemon().start()
     wait_default_template(Client(d.key))
     yield d
+    # sandboxes outlive the daemon by design: leave none behind for the next run
+    c = Client(d.key)
+    for sb in c.get("/v1/sandboxes").json().get("sandboxes", []):
+        c.delete("/v1/sandboxes/" + sb["id"])
     rc = d.stop()
     assert rc == 0, "forkboxd exited with %s (see %s)" % (rc, d.log_path)
 
