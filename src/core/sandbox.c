@@ -1,4 +1,5 @@
 /* Sandbox lifecycle: create, inspect, list, delete, TTL, re-adoption. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,15 +71,49 @@ static json_t *row_to_json(const struct fb_sandbox_row *row)
     return o;
 }
 
+/* Marks in busy[] the pool slots whose uids some live process on the host
+ * runs as.  The store alone is not enough: a sandbox whose record was lost
+ * (a wiped state dir, another daemon on the same pool) still runs, and
+ * sharing its uids would let two sandboxes reach each other's files. */
+static void mark_slots_in_use(const struct fb_core *core, bool *busy)
+{
+    cleanup_dir DIR *d = opendir("/proc");
+    if (d == NULL)
+        return;
+    uint64_t start = core->cfg.uid_pool_start;
+    uint64_t end = start + (uint64_t)core->cfg.uid_pool_slots * FB_UID_COUNT;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%.20s/status", de->d_name);
+        cleanup_fclose FILE *f = fopen(path, "re");
+        char line[256];
+        while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+            unsigned long long uid;
+            if (sscanf(line, "Uid: %*u %llu", &uid) == 1) {
+                if (uid >= start && uid < end)
+                    busy[(uid - start) / FB_UID_COUNT] = true;
+                break;
+            }
+        }
+    }
+}
+
 static int alloc_uid_base(struct fb_core *core, int64_t *out, fb_error_t *err)
 {
     cleanup_free int64_t *bases = NULL;
     size_t n = 0;
     if (fb_store_sandbox_uid_bases(core->store, &bases, &n, err) < 0)
         return -1;
+    cleanup_free bool *busy = calloc(core->cfg.uid_pool_slots, sizeof *busy);
+    if (busy == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "uid slots");
+    mark_slots_in_use(core, busy);
     for (uint32_t slot = 0; slot < core->cfg.uid_pool_slots; slot++) {
         int64_t base = (int64_t)core->cfg.uid_pool_start + (int64_t)slot * FB_UID_COUNT;
-        bool used = false;
+        bool used = busy[slot];
         for (size_t i = 0; i < n && !used; i++)
             used = bases[i] == base;
         if (!used) {
