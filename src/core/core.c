@@ -22,6 +22,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->init_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
     pthread_cond_init(&core->pool_cond, NULL);
+    pthread_cond_init(&core->reaper_cond, NULL);
     /* sandbox paths are built from these; socket paths must fit sun_path */
     if (strlen(cfg->state_dir) > 2048 || strlen(cfg->run_dir) > 40)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, ENAMETOOLONG,
@@ -83,6 +84,7 @@ void fb_core_close(struct fb_core *core)
         close(core->init_fd);
     core->init_fd = -1;
     pthread_cond_destroy(&core->pool_cond);
+    pthread_cond_destroy(&core->reaper_cond);
     pthread_mutex_destroy(&core->lock);
 }
 
@@ -142,6 +144,16 @@ json_t *fb_core_info(struct fb_core *core)
     json_t *pool =
         json_pack("{s:i, s:i}", "target", (int)core->cfg.warm_pool, "ready", (int)core->pool_ready);
     pthread_mutex_unlock(&core->lock);
+    /* deleted sandboxes whose cgroups and files are still being removed */
+    int cleanup_pending = 0;
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0;
+    if (fb_store_sandbox_list(core->store, NULL, &rows, &n, NULL) == 0) {
+        for (size_t i = 0; i < n; i++)
+            cleanup_pending += strcmp(rows[i].state, "deleting") == 0;
+        fb_sandbox_rows_free(rows, n);
+    }
+    json_object_set_new(pool, "cleanup_pending", json_integer(cleanup_pending));
     json_t *tiers = json_pack("[{s:s, s:b}, {s:s, s:b, s:s}]", "name", "container", "available", 1, "name",
                               "microvm", "available", 0, "reason", "not implemented yet");
     json_t *missing = json_array();

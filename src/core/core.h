@@ -47,6 +47,8 @@ struct fb_core {
     char (*pool_ids)[FB_ID_MAX];
     size_t pool_ready;
     pthread_cond_t pool_cond;
+    pthread_cond_t reaper_cond; /* wakes the reaper: a delete left work */
+    bool cleanup_wanted;
     volatile bool stopping;
 };
 
@@ -88,6 +90,10 @@ void fb_sandbox_handle_clear(struct fb_sandbox_handle *h);
 /* Finds a running sandbox of tenant.  not_found / conflict (not running). */
 int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_handle *h,
                     fb_error_t *err);
+
+/* Removes what deleted sandboxes left (cgroups, writable layers) and their
+ * rows; returns how many could not be finished yet.  Reaper thread. */
+int fb_sandbox_finish_deletes(struct fb_core *core);
 
 /* Deletes expired sandboxes; called by the reaper thread, exposed for tests. */
 void fb_sandbox_reap_expired(struct fb_core *core);

@@ -24,6 +24,7 @@
 
 #define POOL_TEMPLATE "default"
 #define POOL_RETRY_MS 1000
+#define POOL_NICE 19
 
 static void row_clearp(struct fb_sandbox_row *r)
 {
@@ -85,7 +86,7 @@ static void *filler_main(void *arg)
     /* Refilling is background work: at the lowest priority it cannot slow
      * the command a client runs in the sandbox it just took.  The warm
      * sandboxes inherit the niceness; a claim gives it back (see below). */
-    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) < 0)
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), POOL_NICE) < 0)
         fb_debug("warm pool: cannot lower the filler's priority: %s", strerror(errno));
     pthread_mutex_lock(&core->lock);
     while (!core->stopping) {

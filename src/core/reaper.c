@@ -9,11 +9,28 @@
 static void *reaper_main(void *arg)
 {
     struct fb_core *core = arg;
+    bool retry = true; /* rows left "deleting" by a previous run */
     while (!core->stopping) {
+        if (retry)
+            retry = fb_sandbox_finish_deletes(core) > 0;
         fb_sandbox_reap_expired(core);
-        struct timespec ts = {0, REAPER_INTERVAL_MS * 1000000L};
-        nanosleep(&ts, NULL);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += REAPER_INTERVAL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&core->lock);
+        while (!core->cleanup_wanted && !core->stopping &&
+               pthread_cond_timedwait(&core->reaper_cond, &core->lock, &ts) == 0)
+            ;
+        retry |= core->cleanup_wanted;
+        core->cleanup_wanted = false;
+        pthread_mutex_unlock(&core->lock);
     }
+    /* a clean stop leaves nothing half-deleted */
+    fb_sandbox_finish_deletes(core);
     return NULL;
 }
 
@@ -27,7 +44,10 @@ int fb_core_reaper_start(struct fb_core *core, fb_error_t *err)
 
 void fb_core_reaper_stop(struct fb_core *core)
 {
+    pthread_mutex_lock(&core->lock);
     core->stopping = true;
+    pthread_cond_broadcast(&core->reaper_cond);
+    pthread_mutex_unlock(&core->lock);
     if (core->reaper_started)
         pthread_join(core->reaper, NULL);
     core->reaper_started = false;

@@ -131,8 +131,11 @@ static int count_tenant(struct fb_core *core, const char *tenant, size_t *count,
     size_t n = 0;
     if (fb_store_sandbox_list(core->store, tenant, &rows, &n, err) < 0)
         return -1;
+    size_t live = 0;
+    for (size_t i = 0; i < n; i++)
+        live += strcmp(rows[i].state, "deleting") != 0;
     fb_sandbox_rows_free(rows, n);
-    *count = n;
+    *count = live;
     return 0;
 }
 
@@ -248,10 +251,21 @@ int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_
     return 0;
 }
 
+/* A stored row that clients may still see: one being deleted is gone. */
+static int get_live_row(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
+                        fb_error_t *err)
+{
+    if (fb_store_sandbox_get(core->store, tenant, id, row, err) < 0)
+        return -1;
+    if (strcmp(row->state, "deleting") == 0)
+        return fb_error_set(err, FB_ERR_NOT_FOUND, 0, "sandbox %s not found", id);
+    return 0;
+}
+
 int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, json_t **out, fb_error_t *err)
 {
     cleanup_row struct fb_sandbox_row row = {0};
-    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+    if (get_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     json_t *o = row_to_json(&row);
     struct fb_cgroup_usage u = {0};
@@ -287,7 +301,7 @@ int fb_sandbox_list(struct fb_core *core, const char *tenant, const char *const 
         return -1;
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
-        if (state != NULL && strcmp(rows[i].state, state) != 0)
+        if ((state != NULL && strcmp(rows[i].state, state) != 0) || strcmp(rows[i].state, "deleting") == 0)
             continue;
         json_t *o = row_to_json(&rows[i]);
         if (labels_match(o, labels, nlabels))
@@ -314,12 +328,47 @@ static int destroy_row(struct fb_core *core, const struct fb_sandbox_row *row, f
     return 0;
 }
 
+/* A delete answers once every process of the sandbox has been sent SIGKILL
+ * (none runs user code again) and the sandbox is gone from the API; waiting
+ * for the pid namespace to wind down and removing cgroups and the writable
+ * layer (the slow parts) is left to the reaper, which finds the row in
+ * state "deleting" - also after a restart. */
 int fb_sandbox_delete(struct fb_core *core, const char *tenant, const char *id, fb_error_t *err)
 {
     cleanup_row struct fb_sandbox_row row = {0};
-    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+    if (get_live_row(core, tenant, id, &row, err) < 0)
         return -1;
-    return destroy_row(core, &row, err);
+    fb_container_signal((pid_t)row.init_pid);
+    fb_strlcpy(row.state, "deleting", sizeof row.state);
+    if (fb_store_sandbox_update(core->store, &row, err) < 0)
+        return -1;
+    pthread_mutex_lock(&core->lock);
+    core->cleanup_wanted = true;
+    pthread_cond_broadcast(&core->reaper_cond);
+    pthread_mutex_unlock(&core->lock);
+    return 0;
+}
+
+int fb_sandbox_finish_deletes(struct fb_core *core)
+{
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0, pending = 0;
+    cleanup_error fb_error_t err = NULL;
+    if (fb_store_sandbox_list(core->store, NULL, &rows, &n, &err) < 0) {
+        fb_warn("cleanup: %s", err->msg);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(rows[i].state, "deleting") != 0)
+            continue;
+        cleanup_error fb_error_t e = NULL;
+        if (destroy_row(core, &rows[i], &e) < 0) {
+            fb_warn("cleanup: %s", e->msg);
+            pending++;
+        }
+    }
+    fb_sandbox_rows_free(rows, n);
+    return (int)pending;
 }
 
 int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id, int64_t ttl_s, json_t **out,
@@ -329,7 +378,7 @@ int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id,
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "ttl: must be an integer between 0 and %lld",
                             (long long)FB_TTL_MAX);
     cleanup_row struct fb_sandbox_row row = {0};
-    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+    if (get_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     row.expires_ms = ttl_s > 0 ? fb_now_ms() + ttl_s * 1000 : -1;
     cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
@@ -359,7 +408,7 @@ int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, st
 {
     memset(h, 0, sizeof *h);
     cleanup_row struct fb_sandbox_row row = {0};
-    if (fb_store_sandbox_get(core->store, tenant, id, &row, err) < 0)
+    if (get_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     if (strcmp(row.state, "running") != 0)
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
@@ -418,6 +467,8 @@ int fb_core_readopt(struct fb_core *core, fb_error_t *err)
             cleanup_error fb_error_t e = NULL;
             alive = fb_initconn_call(paths.sock_path, req, NULL, &e) == 0;
         }
+        if (strcmp(row->state, "deleting") == 0)
+            continue; /* the reaper finishes these */
         if (alive && strcmp(row->tenant, FB_POOL_TENANT) == 0) {
             fb_pool_adopt(core, row->id);
             continue;

@@ -200,7 +200,8 @@ int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err)
         return -1;
     size_t users = 0;
     for (size_t i = 0; i < n; i++)
-        users += strcmp(rows[i].template_name, name) == 0 && strcmp(rows[i].tenant, FB_POOL_TENANT) != 0;
+        users += strcmp(rows[i].template_name, name) == 0 && strcmp(rows[i].tenant, FB_POOL_TENANT) != 0 &&
+                 strcmp(rows[i].state, "deleting") != 0;
     fb_sandbox_rows_free(rows, n);
     if (users > 0)
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "template %s is used by %zu sandbox(es)", name, users);

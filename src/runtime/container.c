@@ -7,6 +7,7 @@
 #include "container.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <poll.h>
@@ -449,24 +450,45 @@ fail_nochild:
     return -1;
 }
 
+void fb_container_signal(pid_t init_pid)
+{
+    if (init_pid > 0 && fb_container_alive(init_pid)) {
+        int pidfd = (int)syscall(SYS_pidfd_open, init_pid, 0);
+        if (pidfd >= 0) {
+            /* SIGKILL to a pid namespace's init takes every process in it
+             * down: none runs another instruction of its own */
+            syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+            close(pidfd);
+        }
+    }
+}
+
+void fb_container_kill(pid_t init_pid)
+{
+    if (init_pid <= 0)
+        return;
+    int pidfd = (int)syscall(SYS_pidfd_open, init_pid, 0);
+    if (pidfd < 0)
+        return; /* gone and reaped */
+    /* a running init is killed and waited for; anything else under that
+     * pid (our own zombie, or an unrelated process that reused the pid)
+     * is only reaped if it has already exited */
+    bool ours = fb_container_alive(init_pid);
+    if (ours)
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+    struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+    if (poll(&pfd, 1, ours ? 5000 : 0) <= 0 && ours)
+        fb_warn("init %d did not exit after SIGKILL", (int)init_pid);
+    siginfo_t si;
+    waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG);
+    close(pidfd);
+}
+
 int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err)
 {
     int rc = 0;
     int64_t t_start = fb_mono_us();
-    if (init_pid > 0 && fb_container_alive(init_pid)) {
-        int pidfd = (int)syscall(SYS_pidfd_open, init_pid, 0);
-        if (pidfd >= 0) {
-            syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
-            /* a pidfd polls readable once the process has exited; a
-             * re-adopted init is not our child and is reaped by the host */
-            struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-            if (poll(&pfd, 1, 5000) <= 0)
-                fb_warn("sandbox %s: init %d did not exit after SIGKILL", c->id, (int)init_pid);
-            siginfo_t si;
-            waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG);
-            close(pidfd);
-        }
-    }
+    fb_container_kill(init_pid);
     int64_t t_killed = fb_mono_us();
     fb_error_t cgerr = NULL;
     if (fb_cgroup_destroy(c->cgroups, c->id, &cgerr) < 0) {

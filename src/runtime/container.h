@@ -41,6 +41,15 @@ struct fb_container {
  * everything created so far is torn down again.  *out is caller-owned. */
 int fb_container_start(const struct fb_container_config *c, struct fb_container *out, fb_error_t *err);
 
+/* Kills every process of the sandbox whose init is init_pid and returns once
+ * they are gone (bounded wait).  Only a pid still running forkbox-init is
+ * signalled. */
+void fb_container_kill(pid_t init_pid);
+
+/* Sends SIGKILL to the sandbox whose init is init_pid and returns at once;
+ * fb_container_kill() (or destroy) later waits for it and reaps it. */
+void fb_container_signal(pid_t init_pid);
+
 /* Kills every process of the sandbox, removes its cgroups, writable layer
  * and run directory.  Idempotent: parts already gone are skipped. */
 int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err);

@@ -233,7 +233,7 @@ def wait_pool_settled(timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
         pool = c.get("/v1/info").json().get("warm_pool", {})
-        if pool.get("ready", 0) >= pool.get("target", 0):
+        if pool.get("ready", 0) >= pool.get("target", 0) and pool.get("cleanup_pending", 0) == 0:
             time.sleep(0.2)  # a refill that just finished may still be tidying up
             return
         time.sleep(0.05)
