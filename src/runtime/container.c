@@ -450,6 +450,27 @@ fail_nochild:
     return -1;
 }
 
+/* The parent pid of pid from /proc, or -1. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses */
+    const char *close_paren = strrchr(buf, ')');
+    int ppid = -1;
+    char state;
+    if (close_paren == NULL || sscanf(close_paren + 1, " %c %d", &state, &ppid) != 2)
+        return -1;
+    return (pid_t)ppid;
+}
+
 void fb_container_signal(pid_t init_pid)
 {
     if (init_pid > 0 && fb_container_alive(init_pid)) {
@@ -470,11 +491,12 @@ void fb_container_kill(pid_t init_pid)
     int pidfd = (int)syscall(SYS_pidfd_open, init_pid, 0);
     if (pidfd < 0)
         return; /* gone and reaped */
-    /* a running init is killed and waited for; anything else under that
-     * pid (our own zombie, or an unrelated process that reused the pid)
-     * is only reaped if it has already exited */
-    bool ours = fb_container_alive(init_pid);
-    if (ours)
+    /* a running init is killed and waited for, and so is any child of
+     * ours under that pid (an init that is already dying no longer shows
+     * its exe); a process that merely reused the pid is left alone */
+    bool running = fb_container_alive(init_pid);
+    bool ours = running || parent_of(init_pid) == getpid();
+    if (running)
         syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
     struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
     if (poll(&pfd, 1, ours ? 5000 : 0) <= 0 && ours)

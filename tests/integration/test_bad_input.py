@@ -658,6 +658,11 @@ def test_delete_removes_everything(client):
 
     r = client.delete("/v1/sandboxes/" + sid)
     assert r.status == 204, r
+    # DELETE answers once SIGKILL is sent; the pid namespace winds down
+    # within moments, and the reaper removes the rest in the background
+    deadline = time.time() + 5
+    while time.time() < deadline and any(os.path.exists("/proc/%d" % p) for p in during):
+        time.sleep(0.01)
     left = {p: open("/proc/%d/status" % p).read()[:300] for p in during if os.path.exists("/proc/%d" % p)}
     assert left == {}
     assert [l for l in own_mounts() if sid in l] == []
