@@ -509,6 +509,10 @@ def test_host_sees_sandbox_processes_as_unprivileged(sandbox, client):
         ppid = int([l for l in f if l.startswith("PPid:")][0].split()[1])
     assert all(u >= 2000000 for u in host_uids(ppid))
     client.delete("/v1/sandboxes/" + sandbox["id"])
+    # delete answers once SIGKILL is sent; the namespace winds down right after
+    deadline = time.time() + 5
+    while time.time() < deadline and host_pids_with_cmdline(b"sleep\0" + secs.encode()):
+        time.sleep(0.01)
     assert host_pids_with_cmdline(b"sleep\0" + secs.encode()) == []
 
 
