@@ -1,5 +1,8 @@
 /* Core start-up and shutdown, API keys and host information. */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +17,21 @@
 #include "internal.h"
 
 #define DEFAULT_TENANT "default"
+
+/* Whether hardware virtualisation can really be used: /dev/kvm can exist
+ * on a host whose CPU does not expose it (a nested VM), so a VM is created. */
+static const char *kvm_missing_reason(void)
+{
+    int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return "no /dev/kvm: hardware-virtualised tiers cannot run";
+    int vm = ioctl(fd, KVM_CREATE_VM, 0);
+    close(fd);
+    if (vm < 0)
+        return "/dev/kvm exists but cannot create a VM: hardware-virtualised tiers cannot run";
+    close(vm);
+    return NULL;
+}
 
 int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_error_t *err)
 {
@@ -51,6 +69,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
         return -1;
     if (fb_cgroup_host_detect(&core->cgroups, NULL, err) < 0)
         return -1;
+    core->kvm_missing = kvm_missing_reason();
     if (cfg->host_tuning) {
         bool changed = false;
         cleanup_error fb_error_t terr = NULL;
@@ -58,6 +77,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
             fb_warn("host tuning: %s (sandbox starts will be ~10 ms slower)", terr->msg);
         else if (changed)
             fb_info("host tuning: cgroup2 remounted with favordynmods (faster cgroup moves)");
+        core->favordynmods = terr == NULL;
     }
     if (fb_seccomp_build(&core->seccomp, err) < 0)
         return -1;
@@ -154,11 +174,12 @@ json_t *fb_core_info(struct fb_core *core)
         fb_sandbox_rows_free(rows, n);
     }
     json_object_set_new(pool, "cleanup_pending", json_integer(cleanup_pending));
+    json_object_set_new(cg, "favordynmods", json_boolean(core->favordynmods));
     json_t *tiers = json_pack("[{s:s, s:b}, {s:s, s:b, s:s}]", "name", "container", "available", 1, "name",
                               "microvm", "available", 0, "reason", "not implemented yet");
     json_t *missing = json_array();
-    if (access("/dev/kvm", F_OK) != 0)
-        json_array_append_new(missing, json_string("no /dev/kvm: hardware-virtualised tiers cannot run"));
+    if (core->kvm_missing != NULL)
+        json_array_append_new(missing, json_string(core->kvm_missing));
     if (core->cgroups.mode == FB_CGROUP_V1)
         json_array_append_new(missing, json_string("cgroup v2 controllers (running on the v1 layout)"));
     json_array_append_new(missing, json_string("disk quotas on the writable layer (not implemented yet)"));

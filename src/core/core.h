@@ -49,6 +49,8 @@ struct fb_core {
     pthread_cond_t pool_cond;
     pthread_cond_t reaper_cond; /* wakes the reaper: a delete left work */
     bool cleanup_wanted;
+    const char *kvm_missing; /* why hardware virtualisation is unusable, or NULL */
+    bool favordynmods;       /* host tuning in effect */
     volatile bool stopping;
 };
 
