@@ -91,6 +91,15 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     return fb_core_reaper_start(core, err);
 }
 
+void fb_core_signal_stop(struct fb_core *core)
+{
+    pthread_mutex_lock(&core->lock);
+    core->stopping = true;
+    pthread_cond_broadcast(&core->pool_cond);
+    pthread_cond_broadcast(&core->reaper_cond);
+    pthread_mutex_unlock(&core->lock);
+}
+
 void fb_core_close(struct fb_core *core)
 {
     fb_pool_stop(core);

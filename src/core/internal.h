@@ -18,6 +18,10 @@ void fb_core_container_config(struct fb_core *core, const struct fb_sandbox_row 
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
 
+/* Tells every background thread of the core to finish (they are joined by
+ * their own stop functions). */
+void fb_core_signal_stop(struct fb_core *core);
+
 /* Tenant name the warm pool's sandboxes belong to; client tenants cannot
  * start with '_'. */
 #define FB_POOL_TENANT "_pool"

@@ -139,10 +139,7 @@ int fb_pool_start(struct fb_core *core, fb_error_t *err)
 
 void fb_pool_stop(struct fb_core *core)
 {
-    pthread_mutex_lock(&core->lock);
-    core->stopping = true;
-    pthread_cond_broadcast(&core->pool_cond);
-    pthread_mutex_unlock(&core->lock);
+    fb_core_signal_stop(core);
     if (core->pool_started)
         pthread_join(core->pool_filler, NULL);
     core->pool_started = false;

@@ -44,10 +44,7 @@ int fb_core_reaper_start(struct fb_core *core, fb_error_t *err)
 
 void fb_core_reaper_stop(struct fb_core *core)
 {
-    pthread_mutex_lock(&core->lock);
-    core->stopping = true;
-    pthread_cond_broadcast(&core->reaper_cond);
-    pthread_mutex_unlock(&core->lock);
+    fb_core_signal_stop(core);
     if (core->reaper_started)
         pthread_join(core->reaper, NULL);
     core->reaper_started = false;

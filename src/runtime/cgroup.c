@@ -248,7 +248,11 @@ static void take_mount(char *dst, const char *mnt)
         fb_warn("cgroup: mount point too long, ignored: %.64s...", mnt);
 }
 
-static int scan_mounts(struct fb_cgroup_host *h, const char *path, fb_error_t *err)
+/* Calls fn for each mount in the mountinfo file at path until fn returns
+ * non-zero (which is then returned).  0 when all were seen. */
+typedef int (*mount_fn)(void *ctx, const char *mnt, const char *fstype, const char *opts, fb_error_t *err);
+
+static int each_mount(const char *path, mount_fn fn, void *ctx, fb_error_t *err)
 {
     cleanup_fclose FILE *f = fopen(path, "re");
     if (f == NULL)
@@ -259,47 +263,67 @@ static int scan_mounts(struct fb_cgroup_host *h, const char *path, fb_error_t *e
         char *mnt = NULL, *fstype = NULL, *opts = NULL;
         if (parse_mount_line(line, &mnt, &fstype, &opts) < 0)
             continue;
-        if (strcmp(fstype, "cgroup2") == 0) {
-            if (h->v2_root[0] == '\0' && v2_has_controllers(mnt))
-                take_mount(h->v2_root, mnt);
-        } else if (strcmp(fstype, "cgroup") == 0) {
-            if (list_has(opts, "memory", ","))
-                take_mount(h->v1_memory, mnt);
-            if (list_has(opts, "pids", ","))
-                take_mount(h->v1_pids, mnt);
-            if (list_has(opts, "cpu", ","))
-                take_mount(h->v1_cpu, mnt);
-            if (list_has(opts, "cpuacct", ","))
-                take_mount(h->v1_cpuacct, mnt);
-        }
+        int r = fn(ctx, mnt, fstype, opts, err);
+        if (r != 0)
+            return r;
     }
     if (ferror(f))
         return fb_error_sys(err, "read %s", path);
     return 0;
 }
 
+static int take_cgroup_mount(void *ctx, const char *mnt, const char *fstype, const char *opts,
+                             fb_error_t *err)
+{
+    (void)err;
+    struct fb_cgroup_host *h = ctx;
+    if (strcmp(fstype, "cgroup2") == 0) {
+        if (h->v2_root[0] == '\0' && v2_has_controllers(mnt))
+            take_mount(h->v2_root, mnt);
+    } else if (strcmp(fstype, "cgroup") == 0) {
+        if (list_has(opts, "memory", ","))
+            take_mount(h->v1_memory, mnt);
+        if (list_has(opts, "pids", ","))
+            take_mount(h->v1_pids, mnt);
+        if (list_has(opts, "cpu", ","))
+            take_mount(h->v1_cpu, mnt);
+        if (list_has(opts, "cpuacct", ","))
+            take_mount(h->v1_cpuacct, mnt);
+    }
+    return 0;
+}
+
+static int scan_mounts(struct fb_cgroup_host *h, const char *path, fb_error_t *err)
+{
+    return each_mount(path, take_cgroup_mount, h, err) < 0 ? -1 : 0;
+}
+
+/* Returns 1 once the first cgroup2 mount has favordynmods (remounting it
+ * if needed; *changed then says so), -1 on failure, 0 to keep looking. */
+static int favor_dynmods_on(void *ctx, const char *mnt, const char *fstype, const char *opts, fb_error_t *err)
+{
+    bool *changed = ctx;
+    if (strcmp(fstype, "cgroup2") != 0)
+        return 0;
+    if (list_has(opts, "favordynmods", ","))
+        return 1;
+    /* the option is global in effect: one cgroup2 mount is enough */
+    if (mount(NULL, mnt, NULL, MS_REMOUNT, "favordynmods") < 0)
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, errno, "remount %s with favordynmods", mnt);
+    *changed = true;
+    return 1;
+}
+
 int fb_cgroup_favor_dynmods(const char *mountinfo_path, bool *changed, fb_error_t *err)
 {
     *changed = false;
-    const char *path = mountinfo_path ? mountinfo_path : "/proc/self/mountinfo";
-    cleanup_fclose FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return fb_error_sys(err, "open %s", path);
-    cleanup_free char *line = NULL;
-    size_t cap = 0;
-    while (getline(&line, &cap, f) >= 0) {
-        char *mnt = NULL, *fstype = NULL, *opts = NULL;
-        if (parse_mount_line(line, &mnt, &fstype, &opts) < 0 || strcmp(fstype, "cgroup2") != 0)
-            continue;
-        if (list_has(opts, "favordynmods", ","))
-            return 0;
-        /* the option is global in effect: one cgroup2 mount is enough */
-        if (mount(NULL, mnt, NULL, MS_REMOUNT, "favordynmods") < 0)
-            return fb_error_set(err, FB_ERR_UNSUPPORTED, errno, "remount %s with favordynmods", mnt);
-        *changed = true;
-        return 0;
-    }
-    return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "no cgroup2 mount to set favordynmods on");
+    int r =
+        each_mount(mountinfo_path ? mountinfo_path : "/proc/self/mountinfo", favor_dynmods_on, changed, err);
+    if (r < 0)
+        return -1;
+    if (r == 0)
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "no cgroup2 mount to set favordynmods on");
+    return 0;
 }
 
 /* ---- parent cgroups ---- */

@@ -264,3 +264,18 @@ def host_snapshot():
     layers = len(os.listdir(sandboxes_dir)) if os.path.isdir(sandboxes_dir) else 0
     return {"mounts": mounts, "cgroups": cgroups, "netns": netns, "sandbox_procs": procs,
             "writable_layers": layers}
+
+
+def host_pids_with_cmdline(needle):
+    """Host pids whose /proc/PID/cmdline equals needle (bytes, NUL-separated)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                if f.read().rstrip(b"\0") == needle:
+                    out.append(int(p))
+        except OSError:
+            pass
+    return out

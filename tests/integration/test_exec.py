@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from conftest import host_pids_with_cmdline
+
 
 def ex(client, sid, cmd, **kw):
     return client.exec(sid, cmd, **kw)
@@ -21,17 +23,7 @@ def exec_path(sid):
 
 def host_cmdline_pids(needle):
     """Host pids whose cmdline (NUL-separated) is exactly needle."""
-    found = set()
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % p, "rb") as f:
-                if f.read().rstrip(b"\0") == needle:
-                    found.add(int(p))
-        except OSError:
-            pass
-    return found
+    return set(host_pids_with_cmdline(needle))
 
 
 def inside_cmdlines(client, sid):

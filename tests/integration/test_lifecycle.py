@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import DAEMON, STATE, Client
+from conftest import DAEMON, STATE, Client, host_pids_with_cmdline
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 TEMPLATE_ROOTFS = os.path.join(STATE, "templates", "default", "rootfs")
@@ -27,19 +27,6 @@ def sh(client, sid, cmd, **kw):
     return r["stdout"]
 
 
-def host_pids_with_cmdline(needle):
-    """Host pids whose /proc/PID/cmdline equals needle (bytes, NUL-separated)."""
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % p, "rb") as f:
-                if f.read().rstrip(b"\0") == needle:
-                    out.append(int(p))
-        except OSError:
-            pass
-    return out
 
 
 def host_uids(pid):

@@ -428,6 +428,32 @@ static void test_detect_unsupported(void **state)
     assert_int_equal(err->kind, FB_ERR_INTERNAL);
 }
 
+/* favordynmods: nothing to do when a cgroup2 mount has it, a clear
+ * "unsupported" when there is no cgroup2 mount at all. */
+static void test_favor_dynmods(void **state)
+{
+    struct fixture *fx = *state;
+    cleanup_error fb_error_t err = NULL;
+    bool changed = true;
+    FILE *f = fopen(fx->mountinfo, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+            "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:9 - cgroup2 cgroup2 rw,favordynmods\n");
+    fclose(f);
+    assert_int_equal(fb_cgroup_favor_dynmods(fx->mountinfo, &changed, &err), 0);
+    assert_false(changed);
+
+    f = fopen(fx->mountinfo, "w");
+    assert_non_null(f);
+    fprintf(f, "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+               "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n");
+    fclose(f);
+    assert_int_equal(fb_cgroup_favor_dynmods(fx->mountinfo, &changed, &err), -1);
+    assert_int_equal(err->kind, FB_ERR_UNSUPPORTED);
+    assert_false(changed);
+}
+
 static void test_bad_input(void **state)
 {
     struct fixture *fx = *state;
@@ -567,6 +593,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_v1_comounted_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_detect_unsupported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_favor_dynmods, setup, teardown),
         cmocka_unit_test(test_real_v1_pids_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
