@@ -7,6 +7,7 @@
 #include "../common/cleanup.h"
 #include "../common/json_util.h"
 #include "../common/text.h"
+#include "../common/util.h"
 #include "../common/wire.h"
 #include "../core/exec.h"
 #include "api.h"
@@ -54,9 +55,23 @@ static void set_text(json_t *obj, const char *key, const char *data, size_t len)
     json_object_set_new(obj, k64, b64 ? json_string(b64) : json_null());
 }
 
+/* Whether the OOM killer struck in the sandbox while the command ran: the
+ * cgroup's counter is read before and after (a concurrent command's OOM in
+ * the same sandbox would be counted too). */
+struct oom_probe {
+    struct fb_core *core;
+    char id[64];
+    uint64_t before;
+};
+
+static bool oom_happened(const struct oom_probe *p)
+{
+    return fb_exec_oom_count(p->core, p->id) > p->before;
+}
+
 /* init caps output per stream; the daemon enforces the same cap itself,
  * since nothing from a sandbox may size the daemon's memory. */
-static struct MHD_Response *exec_buffered(int fd, int64_t cap, unsigned *status)
+static struct MHD_Response *exec_buffered(int fd, int64_t cap, struct oom_probe *oom, unsigned *status)
 {
     bool dropped = false;
     struct outbuf out = {0}, errb = {0};
@@ -102,6 +117,7 @@ static struct MHD_Response *exec_buffered(int fd, int64_t cap, unsigned *status)
         json_object_del(res, "ok");
         if (dropped)
             json_object_set_new(res, "truncated", json_true());
+        json_object_set_new(res, "oom_killed", json_boolean(oom_happened(oom)));
         set_text(res, "stdout", out.data, out.len);
         set_text(res, "stderr", errb.data, errb.len);
         *status = 200;
@@ -122,6 +138,7 @@ struct exec_stream {
     size_t line_len, line_off;
     char carry[2][4];
     size_t carry_len[2];
+    struct oom_probe oom;
 };
 
 static char *event_line(json_t *ev)
@@ -213,6 +230,7 @@ static char *next_line(struct exec_stream *s)
             return event_line(ev);
         }
         json_object_del(res, "ok");
+        json_object_set_new(res, "oom_killed", json_boolean(oom_happened(&s->oom)));
         json_object_set_new(res, "type", json_string("exit"));
         return event_line(res);
     }
@@ -266,11 +284,14 @@ struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "cmd: required");
     if (fb_exec_spec_parse(body, &spec, &err) < 0)
         return fb_resp_error(err, status);
+    struct oom_probe oom = {.core = r->api->core};
+    fb_strlcpy(oom.id, r->params[0], sizeof oom.id);
+    oom.before = fb_exec_oom_count(r->api->core, oom.id);
     cleanup_close int fd = fb_exec_start(r->api->core, r->tenant, r->params[0], &spec, &err);
     if (fd < 0)
         return fb_resp_error(err, status);
     if (!wants_ndjson(r))
-        return exec_buffered(fd, spec.max_output, status);
+        return exec_buffered(fd, spec.max_output, &oom, status);
 
     /* the first frame decides between an HTTP error and a stream */
     struct fb_frame first;
@@ -290,6 +311,7 @@ struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");
     }
     s->fd = fb_steal_fd(&fd);
+    s->oom = oom;
     s->first = first;
     s->have_first = true;
     struct MHD_Response *resp =

@@ -82,3 +82,12 @@ int fb_exec_start(struct fb_core *core, const char *tenant, const char *id, cons
     }
     return fb_steal_fd(&fd);
 }
+
+uint64_t fb_exec_oom_count(struct fb_core *core, const char *id)
+{
+    struct fb_cgroup_usage u = {0};
+    cleanup_error fb_error_t err = NULL;
+    if (fb_cgroup_usage_read(&core->cgroups, id, &u, &err) < 0)
+        return 0;
+    return u.oom_kills;
+}

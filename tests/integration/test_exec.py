@@ -562,3 +562,17 @@ def test_concurrent_execs_in_several_sandboxes(client):
     finally:
         for sb in sbs:
             client.delete("/v1/sandboxes/" + sb["id"])
+
+
+def test_oom_kill_is_reported_and_contained(client):
+    """A command over the sandbox's memory limit is OOM-killed inside the sandbox only,
+    the result says oom_killed, and the sandbox keeps working."""
+    sb = client.create(resources={"memory_mb": 64})
+    try:
+        r = ex(client, sb["id"], ["python3", "-c", "x = bytearray(256 << 20)"])
+        assert r["oom_killed"] is True and r["signal"] == "KILL", r
+        r = ex(client, sb["id"], "echo still here")
+        assert r["stdout"] == "still here\n" and r["oom_killed"] is False, r
+    finally:
+        client.delete("/v1/sandboxes/" + sb["id"])
+    assert client.get("/healthz", key=False).status == 200
