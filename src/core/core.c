@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kvm.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +39,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     memset(core, 0, sizeof *core);
     core->cfg = *cfg;
     core->init_fd = -1;
+    core->lock_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
     pthread_cond_init(&core->pool_cond, NULL);
     pthread_cond_init(&core->reaper_cond, NULL);
@@ -62,6 +64,17 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     if (r < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, -r, "create %s", path);
     chmod(cfg->run_dir, 0711);
+
+    /* one daemon per state dir: two would build the same template into the
+     * same place and hand out the same uid ranges */
+    if (fb_snprintf(path, sizeof path, "%s/lock", cfg->state_dir) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "lock path");
+    core->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (core->lock_fd < 0)
+        return fb_error_sys(err, "open %s", path);
+    if (flock(core->lock_fd, LOCK_EX | LOCK_NB) < 0)
+        return fb_error_set(err, FB_ERR_CONFLICT, errno, "another forkboxd uses the state dir %s",
+                            cfg->state_dir);
 
     if (fb_snprintf(path, sizeof path, "%s/forkbox.db", cfg->state_dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "db path");
@@ -112,6 +125,9 @@ void fb_core_close(struct fb_core *core)
     if (core->init_fd >= 0)
         close(core->init_fd);
     core->init_fd = -1;
+    if (core->lock_fd >= 0)
+        close(core->lock_fd);
+    core->lock_fd = -1;
     pthread_cond_destroy(&core->pool_cond);
     pthread_cond_destroy(&core->reaper_cond);
     pthread_mutex_destroy(&core->lock);

@@ -38,6 +38,7 @@ struct fb_core {
     struct fb_cgroup_host cgroups;
     struct fb_seccomp_prog seccomp;
     int init_fd;
+    int lock_fd;          /* flock on state_dir/lock: one daemon per state dir */
     pthread_mutex_t lock; /* uid allocation, template builds, reaper */
     enum fb_template_state default_state;
     char default_error[512];
