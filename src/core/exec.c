@@ -85,9 +85,9 @@ int fb_exec_start(struct fb_core *core, const char *tenant, const char *id, cons
 
 uint64_t fb_exec_oom_count(struct fb_core *core, const char *id)
 {
-    struct fb_cgroup_usage u = {0};
+    uint64_t n = 0;
     cleanup_error fb_error_t err = NULL;
-    if (fb_cgroup_usage_read(&core->cgroups, id, &u, &err) < 0)
+    if (fb_cgroup_oom_kills(&core->cgroups, id, &n, &err) < 0)
         return 0;
-    return u.oom_kills;
+    return n;
 }

@@ -519,6 +519,20 @@ int fb_cgroup_add_pid(const struct fb_cgroup_host *h, const char *name, pid_t pi
     return 0;
 }
 
+int fb_cgroup_oom_kills(const struct fb_cgroup_host *h, const char *name, uint64_t *n, fb_error_t *err)
+{
+    *n = 0;
+    char mem[PATH_MAX];
+    if (check_name(name, err) < 0)
+        return -1;
+    if (dir_of(h, CG_MEM, name, mem) < 0)
+        return path_error(err, name);
+    int r = cg_read_key(mem, h->mode == FB_CGROUP_V2 ? "memory.events" : "memory.oom_control", "oom_kill", n);
+    if (r < 0 && r != -ENOENT)
+        return fb_error_set(err, FB_ERR_INTERNAL, -r, "cgroup %s oom count", name);
+    return 0;
+}
+
 int fb_cgroup_usage_read(const struct fb_cgroup_host *h, const char *name, struct fb_cgroup_usage *u,
                          fb_error_t *err)
 {

@@ -71,6 +71,11 @@ int fb_cgroup_destroy(const struct fb_cgroup_host *h, const char *name, fb_error
 int fb_cgroup_usage_read(const struct fb_cgroup_host *h, const char *name, struct fb_cgroup_usage *u,
                          fb_error_t *err);
 
+/* OOM kills counted so far in the sandbox's memory cgroup (one file read:
+ * cheap enough to sample around every command).  0 when the kernel does
+ * not count them. */
+int fb_cgroup_oom_kills(const struct fb_cgroup_host *h, const char *name, uint64_t *n, fb_error_t *err);
+
 /* Whether the cgroup exists (in any controller). */
 int fb_cgroup_exists(const struct fb_cgroup_host *h, const char *name);
 
