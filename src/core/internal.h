@@ -26,8 +26,12 @@ void fb_core_signal_stop(struct fb_core *core);
  * start with '_'. */
 #define FB_POOL_TENANT "_pool"
 
-int fb_core_new_row(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
-                    struct fb_sandbox_row *row, bool insert, fb_error_t *err);
+/* Fills a new row (fresh id, times, serialised spec); no side effects. */
+int fb_core_new_row(const char *tenant, const struct fb_create_spec *spec, struct fb_sandbox_row *row,
+                    fb_error_t *err);
+/* Checks the tenant's quota (not for the pool) and, with insert, takes a
+ * uid range and stores the row, all under the core lock. */
+int fb_core_reserve_row(struct fb_core *core, struct fb_sandbox_row *row, bool insert, fb_error_t *err);
 int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,
                       const struct fb_create_spec *spec, fb_error_t *err);
 int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err);

@@ -70,7 +70,8 @@ static int fill_one(struct fb_core *core, char *id_out)
     if (fb_create_spec_parse(NULL, &spec, &err) < 0)
         return -1;
     cleanup_row struct fb_sandbox_row row = {0};
-    if (fb_core_new_row(core, FB_POOL_TENANT, &spec, &row, true, &err) < 0 ||
+    if (fb_core_new_row(FB_POOL_TENANT, &spec, &row, &err) < 0 ||
+        fb_core_reserve_row(core, &row, true, &err) < 0 ||
         fb_core_start_row(core, &row, rootfs, &spec, &err) < 0) {
         fb_warn("warm pool: %s", err->msg);
         return -1;
@@ -220,13 +221,18 @@ int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struc
     warm.created_ms = row->created_ms;
     warm.expires_ms = row->expires_ms;
     free(warm.spec_json);
-    warm.spec_json = fb_steal_ptr(row->spec_json);
-    if (fb_store_sandbox_update(core->store, &warm, &err) < 0) {
+    warm.spec_json = row->spec_json; /* borrowed: row keeps it either way */
+    int r = fb_store_sandbox_update(core->store, &warm, &err);
+    warm.spec_json = NULL;
+    if (r < 0) {
         fb_sandbox_delete(core, FB_POOL_TENANT, warm.id, NULL);
         return -1;
     }
-    fb_sandbox_row_clear(row);
-    *row = warm;
-    memset(&warm, 0, sizeof warm);
+    /* row already says what the client asked for; it takes the warm
+     * sandbox's identity */
+    fb_strlcpy(row->id, warm.id, sizeof row->id);
+    fb_strlcpy(row->state, warm.state, sizeof row->state);
+    row->init_pid = warm.init_pid;
+    row->uid_base = warm.uid_base;
     return 0;
 }

@@ -189,10 +189,8 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
     return 0;
 }
 
-/* Fills a new row (id, tenant, times, spec) and reserves its uid range;
- * with a quota check unless tenant is the pool's. */
-int fb_core_new_row(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
-                    struct fb_sandbox_row *row, bool insert, fb_error_t *err)
+int fb_core_new_row(const char *tenant, const struct fb_create_spec *spec, struct fb_sandbox_row *row,
+                    fb_error_t *err)
 {
     char hex[17];
     if (fb_random_hex(hex, 8) < 0)
@@ -207,13 +205,17 @@ int fb_core_new_row(struct fb_core *core, const char *tenant, const struct fb_cr
     row->spec_json = json_dumps(spec_json, JSON_COMPACT);
     if (row->spec_json == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "serialise spec");
+    return 0;
+}
 
+int fb_core_reserve_row(struct fb_core *core, struct fb_sandbox_row *row, bool insert, fb_error_t *err)
+{
     /* quota, uid range and row are decided atomically w.r.t. other creates */
     pthread_mutex_lock(&core->lock);
     size_t count = 0;
     int r = 0;
-    if (strcmp(tenant, FB_POOL_TENANT) != 0) {
-        r = count_tenant(core, tenant, &count, err);
+    if (strcmp(row->tenant, FB_POOL_TENANT) != 0) {
+        r = count_tenant(core, row->tenant, &count, err);
         if (r == 0 && count >= core->cfg.max_sandboxes)
             r = fb_error_set(err, FB_ERR_QUOTA, 0, "tenant has %zu sandboxes, the maximum is %u", count,
                              core->cfg.max_sandboxes);
@@ -233,16 +235,15 @@ int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_
     if (fb_template_rootfs(core, spec->template_name, rootfs, sizeof rootfs, err) < 0)
         return -1;
     cleanup_row struct fb_sandbox_row row = {0};
-    /* a warm sandbox, when one fits, skips the whole start-up */
-    if (fb_core_new_row(core, tenant, spec, &row, false, err) < 0)
+    if (fb_core_new_row(tenant, spec, &row, err) < 0 || fb_core_reserve_row(core, &row, false, err) < 0)
         return -1;
+    /* a warm sandbox, when one fits, skips the whole start-up */
     if (fb_pool_claim(core, spec, &row) == 0) {
         fb_info("sandbox %s created from the warm pool (tenant %s)", row.id, tenant);
         *out = row_to_json(&row);
         return 0;
     }
-    fb_sandbox_row_clear(&row);
-    if (fb_core_new_row(core, tenant, spec, &row, true, err) < 0 ||
+    if (fb_core_reserve_row(core, &row, true, err) < 0 ||
         fb_core_start_row(core, &row, rootfs, spec, err) < 0)
         return -1;
     fb_info("sandbox %s created (tenant %s, template %s, init pid %lld, uid base %lld)", row.id, tenant,
