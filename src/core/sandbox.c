@@ -435,14 +435,14 @@ void fb_sandbox_reap_expired(struct fb_core *core)
         fb_warn("reaper: %s", err->msg);
         return;
     }
+    /* an expiry is a delete like any other; rows already being deleted
+     * answer not_found and are left to the teardown in progress */
     for (size_t i = 0; i < n; i++) {
         cleanup_error fb_error_t e = NULL;
-        cleanup_row struct fb_sandbox_row row = {0};
-        if (fb_store_sandbox_get(core->store, NULL, ids[i], &row, &e) == 0) {
+        if (fb_sandbox_delete(core, NULL, ids[i], &e) == 0)
             fb_info("sandbox %s expired", ids[i]);
-            if (destroy_row(core, &row, &e) < 0)
-                fb_warn("reaper: %s", e->msg);
-        }
+        else if (e->kind != FB_ERR_NOT_FOUND)
+            fb_warn("reaper: %s", e->msg);
         free(ids[i]);
     }
     free(ids);
