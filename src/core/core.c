@@ -133,15 +133,15 @@ void fb_core_close(struct fb_core *core)
     pthread_mutex_destroy(&core->lock);
 }
 
-int fb_core_add_key(struct fb_core *core, const char *tenant, char *key_out, fb_error_t *err)
+int fb_core_add_key(fb_store *store, const char *tenant, char *key_out, fb_error_t *err)
 {
     char hex[49];
     if (fb_random_hex(hex, 24) < 0)
         return fb_error_sys(err, "random key");
     if (fb_snprintf(key_out, FB_ID_MAX, "fbk_%s", hex) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "key");
-    if (fb_store_tenant_ensure(core->store, tenant, tenant, err) < 0 ||
-        fb_store_key_add(core->store, tenant, key_out, err) < 0)
+    if (fb_store_tenant_ensure(store, tenant, tenant, err) < 0 ||
+        fb_store_key_add(store, tenant, key_out, err) < 0)
         return -1;
     return 0;
 }
@@ -157,7 +157,7 @@ int fb_core_bootstrap_key(struct fb_core *core, char *key_out, fb_error_t *err)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "key path");
     if (count > 0 && access(path, F_OK) == 0)
         return 0;
-    if (fb_core_add_key(core, DEFAULT_TENANT, key_out, err) < 0)
+    if (fb_core_add_key(core->store, DEFAULT_TENANT, key_out, err) < 0)
         return -1;
     char line[FB_ID_MAX + 2];
     snprintf(line, sizeof line, "%s\n", key_out);

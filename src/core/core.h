@@ -67,8 +67,9 @@ void fb_core_close(struct fb_core *core);
  * (FB_ID_MAX bytes; "" when a key already existed). */
 int fb_core_bootstrap_key(struct fb_core *core, char *key_out, fb_error_t *err);
 
-/* Creates a key for tenant (created if needed); key_out FB_ID_MAX bytes. */
-int fb_core_add_key(struct fb_core *core, const char *tenant, char *key_out, fb_error_t *err);
+/* Creates a key for tenant (created if needed) in store, which need not
+ * belong to an open core (forkboxd add-key); key_out FB_ID_MAX bytes. */
+int fb_core_add_key(fb_store *store, const char *tenant, char *key_out, fb_error_t *err);
 
 /* ---- sandboxes ---- (objects returned are new references) */
 int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,

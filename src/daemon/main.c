@@ -59,15 +59,13 @@ static int add_key(const struct fb_daemon_config *cfg)
         fprintf(stderr, "forkboxd: %s\n", err ? err->msg : "state dir");
         return 1;
     }
-    char hex[49], key[FB_ID_MAX];
+    char key[FB_ID_MAX];
     int rc = 1;
-    if (fb_random_hex(hex, 24) == 0 && fb_snprintf(key, sizeof key, "fbk_%s", hex) == 0 &&
-        fb_store_tenant_ensure(store, cfg->command_arg, cfg->command_arg, &err) == 0 &&
-        fb_store_key_add(store, cfg->command_arg, key, &err) == 0) {
+    if (fb_core_add_key(store, cfg->command_arg, key, &err) == 0) {
         printf("%s\n", key);
         rc = 0;
     } else {
-        fprintf(stderr, "forkboxd: %s\n", err ? err->msg : "cannot create key");
+        fprintf(stderr, "forkboxd: %s\n", err->msg);
     }
     fb_store_close(store);
     return rc;
