@@ -56,6 +56,7 @@ struct fb_req {
     char *body;
     size_t body_len, body_cap;
     long long received;
+    long long declared; /* Content-Length, parsed once; < 0: none or invalid */
     int spool_fd;
     char spool_path[PATH_MAX];
     int file_fd;                  /* init connection of a streaming file upload */

@@ -100,9 +100,8 @@ static void download_free(void *cls)
     free(d);
 }
 
-static struct MHD_Response *list_dir(int fd, json_t *meta, unsigned *status)
+static struct MHD_Response *list_dir(int fd, unsigned *status)
 {
-    (void)meta;
     json_t *entries = json_array();
     for (;;) {
         struct fb_frame f;
@@ -157,7 +156,7 @@ struct MHD_Response *fb_h_files_get(struct fb_req *r, unsigned *status)
         return fb_resp_error(err, status);
     const char *type = json_string_value(json_object_get(meta, "type"));
     if (type != NULL && strcmp(type, "dir") == 0)
-        return list_dir(fd, meta, status);
+        return list_dir(fd, status);
     struct download *d = calloc(1, sizeof *d);
     if (d == NULL)
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");

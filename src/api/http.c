@@ -135,6 +135,10 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned statu
 /* MHD hands out values as C strings: a %00 in a query would silently cut
  * a path short.  Values whose length disagrees with their string length
  * are refused before anything looks at them. */
+/* fb_req.declared when there is no Content-Length, or a malformed one */
+#define DECLARED_NONE (-1LL)
+#define DECLARED_INVALID (-2LL)
+
 static size_t json_limit(const struct fb_req *r)
 {
     return r->route->json_max ? r->route->json_max : FB_JSON_BODY_MAX;
@@ -156,6 +160,14 @@ static enum MHD_Result find_nul(void *cls, enum MHD_ValueKind kind, const char *
  * Returns a response to send at once, or NULL to go on. */
 static struct MHD_Response *begin(struct fb_req *r, const char *method, const char *url, unsigned *status)
 {
+    const char *cl = fb_req_header(r, "Content-Length");
+    r->declared = DECLARED_NONE;
+    if (cl != NULL) {
+        char *end = NULL;
+        errno = 0;
+        long long n = strtoll(cl, &end, 10);
+        r->declared = (errno || *end || n < 0) ? DECLARED_INVALID : n;
+    }
     bool known = false, nul = false;
     MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND | MHD_HEADER_KIND, find_nul, &nul);
     if (nul || strlen(url) > 4096)
@@ -175,17 +187,11 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
     long long limit = r->route->body == FB_BODY_JSON   ? (long long)json_limit(r)
                       : r->route->body == FB_BODY_NONE ? 0
                                                        : FB_UPLOAD_MAX;
-    const char *cl = fb_req_header(r, "Content-Length");
-    if (cl != NULL) {
-        char *end = NULL;
-        errno = 0;
-        long long n = strtoll(cl, &end, 10);
-        if (errno || *end || n < 0)
-            return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "invalid Content-Length");
-        if (n > limit && r->route->body != FB_BODY_NONE)
-            return fb_resp_error_new(FB_ERR_TOO_LARGE, status, "body of %lld bytes exceeds the limit of %lld",
-                                     n, limit);
-    }
+    if (r->declared == DECLARED_INVALID)
+        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "invalid Content-Length");
+    if (r->declared > limit && r->route->body != FB_BODY_NONE)
+        return fb_resp_error_new(FB_ERR_TOO_LARGE, status, "body of %lld bytes exceeds the limit of %lld",
+                                 r->declared, limit);
     if (r->route->body == FB_BODY_SPOOL) {
         if (fb_snprintf(r->spool_path, sizeof r->spool_path, "%s/tmp/upload.XXXXXX",
                         r->api->core->cfg.state_dir) < 0)
@@ -287,9 +293,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* answering before a small body has been read makes clients that
          * are still sending it fail with EPIPE instead of reading the
          * answer: drain up to FB_JSON_BODY_MAX first, refuse beyond */
-        const char *cl = fb_req_header(r, "Content-Length");
-        long long declared = cl ? strtoll(cl, NULL, 10) : -1;
-        if (status != 413 && declared > 0 && declared <= FB_JSON_BODY_MAX) {
+        if (status != 413 && r->declared > 0 && r->declared <= FB_JSON_BODY_MAX) {
             r->pending = resp;
             r->pending_status = status;
             return MHD_YES;
