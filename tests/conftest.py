@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(os.environ.get("FORKBOX_BUILD_DIR", os.path.join(ROOT, "build")))
 STATE = os.environ.get("FORKBOX_TEST_STATE", "/var/lib/forkbox-test")
 RUN_DIR = "/run/forkbox-test"
