@@ -13,9 +13,10 @@ struct fb_seccomp_prog {
     unsigned short len;         /* instruction count */
 };
 
-/* Builds the baseline profile for x86_64 (and i386/x32 personalities):
- * denied calls fail with EPERM (ENOSYS for clone3 so libc falls back to
- * clone, whose flags can be filtered).  The caller owns *out. */
+/* Builds the baseline profile for x86_64 (and i386/x32 personalities): an
+ * allowlist; listed dangerous calls fail with EPERM, everything unlisted
+ * with ENOSYS (clone3 too, so libc falls back to clone, whose flags can be
+ * filtered).  The caller owns *out; on error *out is empty. */
 int fb_seccomp_build(struct fb_seccomp_prog *out, fb_error_t *err);
 
 /* Installs prog into the calling thread with SECCOMP_MODE_FILTER.  Needs
@@ -28,5 +29,8 @@ void fb_seccomp_prog_free(struct fb_seccomp_prog *p);
 /* Names of the syscalls the baseline denies, NULL-terminated (for docs and
  * /v1/info). */
 const char *const *fb_seccomp_denied_names(void);
+
+/* Names of the syscalls allowed without conditions, NULL-terminated. */
+const char *const *fb_seccomp_allowed_names(void);
 
 #endif

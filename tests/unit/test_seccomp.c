@@ -17,10 +17,12 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -144,7 +146,7 @@ static bool p_personality(void)
     bool ok = cur >= 0 && personality(UNAME26) >= 0 && personality(PER_LINUX32 | UNAME26) >= 0 &&
               personality(PER_LINUX) >= 0;
     static const unsigned long bad[] = {READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, 0x20009,    0x10,
-                                        0xfffffffe,        0xfffdffff,        0x7fffffff, 0x100000000UL};
+                                        0xfffffffe,        0xfffdffff,        0x7fffffff, 0x100400000UL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0] && ok; i++)
         ok = fails_with(syscall(SYS_personality, bad[i]), EPERM);
     return ok && personality(0xffffffff) == PER_LINUX;
@@ -170,6 +172,43 @@ static bool p_kernel(void)
            fails_with(syscall(SYS_syslog, 10 /* SIZE_BUFFER */, NULL, 0), EPERM);
 }
 
+/* Anything not on the allowlist is closed with ENOSYS, including numbers
+ * no kernel has yet. */
+static bool p_unlisted(void)
+{
+    return fails_with(syscall(1000, 0, 0, 0), ENOSYS) && fails_with(syscall(SYS_vhangup), EPERM) &&
+           fails_with(syscall(SYS_fanotify_init, 0, 0), EPERM);
+}
+
+static bool p_socket(void)
+{
+    cleanup_close int u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cleanup_close int i = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    /* the upper half of the int argument is ignored by the kernel */
+    cleanup_close int h = (int)syscall(SYS_socket, (1UL << 32) | AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    return u >= 0 && i >= 0 && h >= 0 && fails_with(socket(AF_VSOCK, SOCK_STREAM, 0), EAFNOSUPPORT) &&
+           fails_with(syscall(SYS_socket, (1UL << 32) | AF_VSOCK, SOCK_STREAM, 0), EAFNOSUPPORT);
+}
+
+static bool p_namespaces(void)
+{
+    return fails_with(unshare(CLONE_NEWNS), EPERM) && fails_with(unshare(CLONE_NEWNET), EPERM) &&
+           fails_with(unshare(CLONE_NEWTIME), EPERM) && clone_fails(CLONE_NEWPID) && unshare(CLONE_FILES) == 0;
+}
+
+static bool p_host_state(void)
+{
+    struct timespec ts = {0};
+    return fails_with(syscall(SYS_sethostname, "x", 1), EPERM) &&
+           fails_with(syscall(SYS_clock_settime, CLOCK_REALTIME, &ts), EPERM) &&
+           fails_with(syscall(SYS_settimeofday, NULL, NULL), EPERM) &&
+           fails_with(syscall(SYS_swapon, NO_SUCH_PATH, 0), EPERM) &&
+           fails_with(syscall(SYS_reboot, 0, 0, 0, NULL), EPERM) && fails_with(syscall(SYS_iopl, 3), EPERM) &&
+           fails_with(syscall(SYS_io_uring_setup, 1, NULL), EPERM) &&
+           fails_with(syscall(SYS_pidfd_getfd, -1, 0, 0), EPERM) &&
+           fails_with(syscall(SYS_quotactl_fd, -1, 0, 0, NULL), EPERM);
+}
+
 static const struct {
     const char *name;
     bool (*fn)(void);
@@ -188,6 +227,10 @@ static const struct {
     {"personality allow-list", p_personality},
     {"ptrace/process_vm_readv/kcmp EPERM", p_debug},
     {"bpf/perf/setns/modules/userfaultfd/handles/syslog EPERM", p_kernel},
+    {"unlisted syscalls ENOSYS", p_unlisted},
+    {"socket: AF_VSOCK refused, others allowed", p_socket},
+    {"no namespace flags on clone/unshare", p_namespaces},
+    {"host time, hostname, swap, reboot, io ports, io_uring EPERM", p_host_state},
 };
 #define N_PROBES (sizeof probes / sizeof probes[0])
 #define EXIT_SETUP_FAILED 100
@@ -326,6 +369,23 @@ static void test_denied_names(void **state)
     }
 }
 
+/* The two lists must not overlap: an unconditional allow would swallow the
+ * deny rules of the same call. */
+static void test_allowed_and_denied_disjoint(void **state)
+{
+    (void)state;
+    size_t n_allowed = 0;
+    for (const char *const *a = fb_seccomp_allowed_names(); *a != NULL; a++, n_allowed++) {
+        for (const char *const *d = fb_seccomp_denied_names(); *d != NULL; d++)
+            if (strcmp(*a, *d) == 0)
+                fail_msg("both allowed and denied: %s", *a);
+        for (const char *const *b = a + 1; *b != NULL; b++)
+            if (strcmp(*a, *b) == 0)
+                fail_msg("allowed twice: %s", *a);
+    }
+    assert_true(n_allowed > 250);
+}
+
 static void test_build_is_stable_and_free_is_idempotent(void **state)
 {
     (void)state;
@@ -354,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_compat_abis),
 #endif
         cmocka_unit_test(test_denied_names),
+        cmocka_unit_test(test_allowed_and_denied_disjoint),
         cmocka_unit_test(test_build_is_stable_and_free_is_idempotent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
