@@ -243,7 +243,10 @@ def wait_pool_settled(timeout=30):
 def host_snapshot():
     """Kernel objects a sandbox could leave behind on the host."""
     wait_pool_settled()
-    mounts = open("/proc/self/mountinfo").read().count("\n")
+    mountinfo = open("/proc/self/mountinfo").read().splitlines()
+    mounts = len(mountinfo)
+    # each sandbox's writable layer is a filesystem of its own
+    layer_mounts = sum(1 for l in mountinfo if l.split()[4].startswith(STATE + "/sandboxes/"))
     cgroups = 0
     for root, dirs, _ in os.walk("/sys/fs/cgroup"):
         cgroups += sum(1 for d in dirs if d.startswith("sbx_"))
@@ -263,7 +266,7 @@ def host_snapshot():
     sandboxes_dir = os.path.join(STATE, "sandboxes")
     layers = len(os.listdir(sandboxes_dir)) if os.path.isdir(sandboxes_dir) else 0
     return {"mounts": mounts, "cgroups": cgroups, "netns": netns, "sandbox_procs": procs,
-            "writable_layers": layers}
+            "writable_layers": layers, "layer_mounts": layer_mounts}
 
 
 def host_pids_with_cmdline(needle):

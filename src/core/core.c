@@ -14,6 +14,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../runtime/container.h"
+#include "../runtime/disk.h"
 #include "core.h"
 #include "internal.h"
 
@@ -92,11 +93,16 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
             fb_info("host tuning: cgroup2 remounted with favordynmods (faster cgroup moves)");
         core->favordynmods = terr == NULL;
     }
+    core->disk_limits = fb_disk_supported(core->disk_missing, sizeof core->disk_missing);
+    if (!core->disk_limits)
+        fb_warn("disk limits unavailable: %s; writable layers share the state dir's filesystem",
+                core->disk_missing);
     if (fb_seccomp_build(&core->seccomp, err) < 0)
         return -1;
     core->init_fd = fb_container_load_init(cfg->init_path, err);
     if (core->init_fd < 0)
         return -1;
+    fb_core_remove_orphans(core);
     if (fb_pool_start(core, err) < 0 || fb_core_readopt(core, err) < 0)
         return -1;
     if (fb_core_templates_init(core, err) < 0)

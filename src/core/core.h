@@ -52,6 +52,8 @@ struct fb_core {
     bool cleanup_wanted;
     const char *kvm_missing; /* why hardware virtualisation is unusable, or NULL */
     bool favordynmods;       /* host tuning in effect */
+    bool disk_limits;        /* each writable layer is a filesystem of its own size */
+    char disk_missing[192];  /* why not, when !disk_limits */
     volatile bool stopping;
 };
 

@@ -16,6 +16,10 @@ struct fb_core_paths {
 void fb_core_container_config(struct fb_core *core, const struct fb_sandbox_row *row, const char *rootfs,
                               struct fb_core_paths *paths, struct fb_container_config *c);
 
+/* Removes sandbox dirs (and their layer filesystems) that no stored row
+ * knows of.  Runs before anything new is started.  Logs; never fails. */
+void fb_core_remove_orphans(struct fb_core *core);
+
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
 
 /* Tells every background thread of the core to finish (they are joined by

@@ -48,4 +48,7 @@ void fb_core_reaper_stop(struct fb_core *core)
     if (core->reaper_started)
         pthread_join(core->reaper, NULL);
     core->reaper_started = false;
+    /* deletes requested while the reaper was already on its way out (the
+     * warm pool is drained during the stop) */
+    fb_sandbox_finish_deletes(core);
 }

@@ -11,6 +11,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../runtime/container.h"
+#include "../runtime/disk.h"
 #include "../runtime/initconn.h"
 #include "core.h"
 #include "internal.h"
@@ -173,6 +174,7 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
         .pids = spec->res.pids,
     };
     cc.limits = &limits;
+    cc.disk_bytes = core->disk_limits ? spec->res.disk_mb << 20 : 0;
     struct fb_container ct = {0};
     if (fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0) {
         fb_container_destroy(&cc, ct.init_pid, NULL);
@@ -271,10 +273,23 @@ int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, jso
     json_t *o = row_to_json(&row);
     struct fb_cgroup_usage u = {0};
     cleanup_error fb_error_t uerr = NULL;
-    if (strcmp(row.state, "running") == 0 && fb_cgroup_usage_read(&core->cgroups, row.id, &u, &uerr) == 0)
-        json_object_set_new(o, "usage",
-                            json_pack("{s:I, s:I, s:I}", "memory_bytes", (json_int_t)u.memory_bytes,
-                                      "cpu_usec", (json_int_t)u.cpu_usec, "pids", (json_int_t)u.pids));
+    if (strcmp(row.state, "running") == 0 && fb_cgroup_usage_read(&core->cgroups, row.id, &u, &uerr) == 0) {
+        json_t *usage = json_pack("{s:I, s:I, s:I}", "memory_bytes", (json_int_t)u.memory_bytes, "cpu_usec",
+                                  (json_int_t)u.cpu_usec, "pids", (json_int_t)u.pids);
+        struct fb_core_paths paths;
+        struct fb_container_config cc;
+        fb_core_container_config(core, &row, "", &paths, &cc);
+        char layer[PATH_MAX];
+        struct fb_disk_usage du;
+        if (core->disk_limits && fb_snprintf(layer, sizeof layer, "%s/layer", paths.sandbox_dir) == 0 &&
+            fb_disk_usage_read(layer, &du) == 0)
+            json_object_update_new(usage,
+                                   json_pack("{s:I, s:I, s:I, s:I}", "disk_bytes", (json_int_t)du.bytes_used,
+                                             "disk_bytes_limit", (json_int_t)du.bytes_total, "disk_inodes",
+                                             (json_int_t)du.inodes_used, "disk_inodes_limit",
+                                             (json_int_t)du.inodes_total));
+        json_object_set_new(o, "usage", usage);
+    }
     *out = o;
     return 0;
 }
@@ -451,6 +466,49 @@ void fb_sandbox_reap_expired(struct fb_core *core)
 /* After a restart: sandboxes whose init still answers are running again;
  * the rest (host reboot, killed init) are marked stopped with their files
  * kept, and their kernel leftovers are cleaned. */
+/* Sandbox dirs no row knows of (a lost or replaced database) can never be
+ * adopted: their layer filesystems are detached and the files removed, so
+ * the host does not keep mounts and images nobody can reach. */
+static void remove_orphans(struct fb_core *core, const struct fb_sandbox_row *rows, size_t n)
+{
+    char dir[PATH_MAX];
+    if (fb_snprintf(dir, sizeof dir, "%s/sandboxes", core->cfg.state_dir) < 0)
+        return;
+    cleanup_dir DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "sbx_", 4) != 0 || strlen(e->d_name) >= FB_ID_MAX)
+            continue;
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++)
+            known = strcmp(rows[i].id, e->d_name) == 0;
+        if (known)
+            continue;
+        struct fb_sandbox_row orphan = {0};
+        fb_strlcpy(orphan.id, e->d_name, sizeof orphan.id);
+        struct fb_core_paths paths;
+        struct fb_container_config cc;
+        fb_core_container_config(core, &orphan, "", &paths, &cc);
+        fb_warn("sandbox dir %s has no record: removing it", paths.sandbox_dir);
+        fb_container_destroy(&cc, 0, NULL);
+    }
+}
+
+void fb_core_remove_orphans(struct fb_core *core)
+{
+    cleanup_error fb_error_t err = NULL;
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0;
+    if (fb_store_sandbox_list(core->store, NULL, &rows, &n, &err) < 0) {
+        fb_warn("orphan check: %s", err->msg);
+        return;
+    }
+    remove_orphans(core, rows, n);
+    fb_sandbox_rows_free(rows, n);
+}
+
 int fb_core_readopt(struct fb_core *core, fb_error_t *err)
 {
     struct fb_sandbox_row *rows = NULL;

@@ -251,7 +251,7 @@ static void create_defaults(struct fb_create_spec *s)
     s->res.cpus = 1.0;
     s->res.memory_mb = 512;
     s->res.pids = 512;
-    s->res.disk_mb = 2048;
+    s->res.disk_mb = FB_SPEC_DEFAULT_DISK_MB;
 }
 
 static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_t *err)

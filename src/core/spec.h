@@ -15,6 +15,7 @@
 #define FB_LABELS_MAX 64        /* labels per sandbox */
 #define FB_LABEL_KEY_MAX 63
 #define FB_LABEL_VALUE_MAX 255
+#define FB_SPEC_DEFAULT_DISK_MB 2048
 #define FB_ENV_MAX 256      /* env entries per request */
 #define FB_ENV_NAME_MAX 255 /* no '=', no NUL, not empty */
 #define FB_ENV_VALUE_MAX 32768
@@ -32,7 +33,7 @@ struct fb_resources {
     double cpus;        /* 0.01 .. 64, default 1 */
     uint64_t memory_mb; /* 16 .. 65536, default 512 */
     uint64_t pids;      /* 16 .. 32768, default 512 */
-    uint64_t disk_mb;   /* 16 .. 1048576, default 2048 (enforced by a later issue) */
+    uint64_t disk_mb;   /* 16 .. 1048576: the writable layer's filesystem size (and so inodes) */
 };
 
 struct fb_create_spec {

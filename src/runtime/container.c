@@ -5,6 +5,7 @@
  * another thread might hold: every string and buffer it uses is prepared
  * by the parent in struct child_plan before the clone. */
 #include "container.h"
+#include "disk.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -43,10 +44,38 @@ static const int kept_caps[] = {0 /* CHOWN */,       1 /* DAC_OVERRIDE */, 3 /* 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 #define N_DEV (sizeof dev_nodes / sizeof dev_nodes[0])
 
-/* /proc entries hidden from the sandbox (bind-mounted over with /dev/null). */
-static const char *const proc_masked[] = {"proc/kcore",       "proc/keys",          "proc/timer_list",
-                                          "proc/sched_debug", "proc/sysrq-trigger", "proc/kallsyms"};
-#define N_MASK (sizeof proc_masked / sizeof proc_masked[0])
+/* Kernel interfaces of the host that /proc and /sys show a sandbox anyway
+ * (they are not namespaced).  Files are covered with /dev/null, directories
+ * with an empty read-only tmpfs, and the rest made read-only.  Missing paths
+ * are skipped: not every kernel has every entry. */
+enum mask_kind { MASK_FILE, MASK_DIR, MASK_RDONLY };
+static const struct {
+    const char *path;
+    enum mask_kind kind;
+} masks[] = {
+    {"/proc/kcore", MASK_FILE},                  /* physical memory as an ELF core */
+    {"/proc/kallsyms", MASK_FILE},               /* kernel symbol addresses, for exploits */
+    {"/proc/keys", MASK_FILE},                   /* keyrings are not namespaced */
+    {"/proc/key-users", MASK_FILE},              /* same */
+    {"/proc/kmsg", MASK_FILE},                   /* kernel log */
+    {"/proc/timer_list", MASK_FILE},             /* host timers, with kernel pointers */
+    {"/proc/timer_stats", MASK_FILE},            /* same, older kernels */
+    {"/proc/sched_debug", MASK_FILE},            /* every host task's name and pid */
+    {"/proc/latency_stats", MASK_FILE},          /* host-wide latency records */
+    {"/proc/sysrq-trigger", MASK_FILE},          /* magic sysrq: reboot, crash, kill all */
+    {"/proc/acpi", MASK_DIR},                    /* firmware interfaces of the host */
+    {"/proc/scsi", MASK_DIR},                    /* host storage (scsi add/remove-single-device) */
+    {"/proc/asound", MASK_DIR},                  /* host sound hardware */
+    {"/proc/driver", MASK_DIR},                  /* driver state, e.g. rtc */
+    {"/sys/firmware", MASK_DIR},                 /* ACPI tables, EFI variables, DMI */
+    {"/sys/devices/virtual/powercap", MASK_DIR}, /* RAPL energy counters: a side channel */
+    {"/sys/kernel/debug", MASK_DIR},             /* debugfs, if mounted */
+    {"/proc/sys", MASK_RDONLY},                  /* host sysctls */
+    {"/proc/bus", MASK_RDONLY},                  /* PCI config space */
+    {"/proc/fs", MASK_RDONLY},                   /* filesystem tunables */
+    {"/proc/irq", MASK_RDONLY},                  /* IRQ affinity of the host */
+};
+#define N_MASK (sizeof masks / sizeof masks[0])
 
 enum setup_step {
     STEP_SYNC = 1,
@@ -132,8 +161,8 @@ static int ensure_target(const char *path, int dir)
 
 static void child_mount_dev(const struct child_plan *p)
 {
-    if (ensure_target("dev", 1) < 0 ||
-        mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k") < 0)
+    if (ensure_target("dev", 1) < 0 || mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                             "mode=755,size=65536k,nr_inodes=4096") < 0)
         child_fail(p, STEP_DEV);
     for (size_t i = 0; i < N_DEV; i++) {
         if (ensure_target(p->dev_targets[i], 0) < 0 ||
@@ -143,11 +172,28 @@ static void child_mount_dev(const struct child_plan *p)
     if (mkdir("dev/pts", 0755) < 0 || mkdir("dev/shm", 01777) < 0 ||
         mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") <
             0 ||
-        mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k") < 0 ||
+        mount("shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k,nr_inodes=16384") < 0 ||
         symlink("pts/ptmx", "dev/ptmx") < 0 || symlink("/proc/self/fd", "dev/fd") < 0 ||
         symlink("/proc/self/fd/0", "dev/stdin") < 0 || symlink("/proc/self/fd/1", "dev/stdout") < 0 ||
         symlink("/proc/self/fd/2", "dev/stderr") < 0)
         child_fail(p, STEP_DEV);
+}
+
+static int child_mask(const char *path, enum mask_kind kind)
+{
+    const unsigned long ro = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+    switch (kind) {
+    case MASK_FILE:
+        return mount("/dev/null", path, NULL, MS_BIND, NULL);
+    case MASK_DIR:
+        return mount("tmpfs", path, "tmpfs", ro, "size=0,nr_inodes=1,mode=555");
+    case MASK_RDONLY:
+        if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+            return -1;
+        return mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | ro, NULL);
+    }
+    errno = EINVAL;
+    return -1;
 }
 
 static void child_loopback(const struct child_plan *p)
@@ -200,18 +246,9 @@ static int child_main(const struct child_plan *p)
     child_loopback(p);
     if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
         child_fail(p, STEP_PIVOT);
-    for (size_t i = 0; i < N_MASK; i++) {
-        const char *t = proc_masked[i] + 4; /* "proc/x" -> "/x" relative to /proc */
-        char path[64] = "/proc";
-        memcpy(path + 5, t, strlen(t) + 1);
-        if (mount("/dev/null", path, NULL, MS_BIND, NULL) < 0 && errno != ENOENT)
+    for (size_t i = 0; i < N_MASK; i++)
+        if (child_mask(masks[i].path, masks[i].kind) < 0 && errno != ENOENT)
             child_fail(p, STEP_MASK);
-    }
-    /* /proc/sys is read-only: sysctls of the host kernel are not the sandbox's */
-    if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) < 0 ||
-        mount(NULL, "/proc/sys", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              NULL) < 0)
-        child_fail(p, STEP_MASK);
 
     for (int cap = 0; cap <= p->cap_last; cap++) {
         int keep = 0;
@@ -292,7 +329,7 @@ static void host_umount(const char *path)
 static int prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
 {
     char path[PATH_MAX];
-    static const char *const subdirs[] = {"", "/upper", "/work", "/lower", "/rootfs"};
+    static const char *const subdirs[] = {"", "/layer", "/lower", "/rootfs"};
     for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
         if (fb_snprintf(path, sizeof path, "%s%s", c->sandbox_dir, subdirs[i]) < 0)
             return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox dir path");
@@ -305,8 +342,22 @@ static int prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
      * users may not reach the writable layer at all */
     if (chown(c->sandbox_dir, 0, c->uid_base) < 0 || chmod(c->sandbox_dir, 0710) < 0)
         return fb_error_sys(err, "prepare %s", c->sandbox_dir);
+    if (c->disk_bytes > 0) {
+        char img[PATH_MAX], layer[PATH_MAX];
+        if (fb_snprintf(img, sizeof img, "%s/layer.img", c->sandbox_dir) < 0 ||
+            fb_snprintf(layer, sizeof layer, "%s/layer", c->sandbox_dir) < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox dir path");
+        if (fb_disk_create(img, layer, c->disk_bytes, err) < 0)
+            return -1;
+    }
+    for (size_t i = 0; i < 2; i++) {
+        if (fb_snprintf(path, sizeof path, "%s/layer/%s", c->sandbox_dir, i == 0 ? "upper" : "work") < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox dir path");
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+            return fb_error_sys(err, "create %s", path);
+    }
     /* the writable layer's root is the sandbox's "/": owned by its root */
-    if (fb_snprintf(path, sizeof path, "%s/upper", c->sandbox_dir) < 0 ||
+    if (fb_snprintf(path, sizeof path, "%s/layer/upper", c->sandbox_dir) < 0 ||
         chown(path, c->uid_base, c->uid_base) < 0 || chmod(path, 0755) < 0)
         return fb_error_sys(err, "prepare %s", path);
     /* init binds its socket as the sandbox's root, so the dir is theirs */
@@ -354,8 +405,8 @@ static int mount_root(const struct fb_container_config *c, pid_t pid, fb_error_t
     if (userns < 0)
         return fb_error_sys(err, "open %s", nspath);
     if (fb_snprintf(lower, sizeof lower, "%s/lower", c->sandbox_dir) < 0 ||
-        fb_snprintf(upper, sizeof upper, "%s/upper", c->sandbox_dir) < 0 ||
-        fb_snprintf(work, sizeof work, "%s/work", c->sandbox_dir) < 0 ||
+        fb_snprintf(upper, sizeof upper, "%s/layer/upper", c->sandbox_dir) < 0 ||
+        fb_snprintf(work, sizeof work, "%s/layer/work", c->sandbox_dir) < 0 ||
         fb_snprintf(rootfs, sizeof rootfs, "%s/rootfs", c->sandbox_dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox paths too long");
     if (mount_idmapped(c->template_rootfs, lower, userns, err) < 0)
@@ -519,6 +570,9 @@ int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb
         rc = -1;
     }
     unmount_root(c);
+    char layer[PATH_MAX];
+    if (fb_snprintf(layer, sizeof layer, "%s/layer", c->sandbox_dir) == 0)
+        fb_disk_release(layer);
     int r = fb_rm_rf(c->sandbox_dir);
     if (r < 0) {
         fb_warn("sandbox %s: remove %s: %s", c->id, c->sandbox_dir, strerror(-r));

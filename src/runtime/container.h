@@ -2,8 +2,10 @@
  * overlay root (an idmapped, read-only template under a private writable
  * layer), cgroups, capabilities, seccomp, and forkbox-init as PID 1.
  *
- * Nothing started here depends on the daemon afterwards: the host keeps no
- * mounts (they live only in the sandbox's mount namespace) and init's
+ * Nothing started here depends on the daemon afterwards: the host keeps
+ * only the writable layer's own filesystem mounted (at sandbox_dir/layer,
+ * for usage and later copies); the root's mounts live in the sandbox's
+ * mount namespace alone, and init's
  * control socket is a path under the run directory that any later daemon
  * can connect to. */
 #ifndef FB_RUNTIME_CONTAINER_H
@@ -25,6 +27,7 @@ struct fb_container_config {
     const char *sandbox_dir;     /* host dir for the writable layer (created) */
     const char *run_dir;         /* host dir for the control socket (created) */
     uid_t uid_base;              /* host uid/gid of root inside; FB_UID_COUNT ids mapped */
+    uint64_t disk_bytes;         /* size of the layer's own filesystem; 0: a plain dir */
     const char *hostname;
     int init_fd; /* sealed memfd holding forkbox-init */
     const struct fb_seccomp_prog *seccomp;

@@ -45,8 +45,8 @@ static const char *const allowed_names[] = {
     "munlock", "mlockall", "munlockall", "remap_file_pages", "membarrier", "memfd_create", "memfd_secret",
     "pkey_alloc", "pkey_free", "pkey_mprotect", "map_shadow_stack",
     /* processes, threads, signals */
-    "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4", "waitid", "waitpid", "kill", "tkill",
-    "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait",
+    "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4", "waitid", "waitpid", "kill",
+    "tkill", "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait",
     "rt_sigtimedwait_time64", "rt_sigsuspend", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "sigaltstack",
     "sigreturn", "sigprocmask", "pause", "pidfd_open", "pidfd_send_signal", "process_mrelease",
     "set_tid_address", "set_robust_list", "get_robust_list", "rseq", "restart_syscall", "futex",
@@ -55,12 +55,12 @@ static const char *const allowed_names[] = {
     "landlock_add_rule", "landlock_restrict_self",
     /* identity, limits, scheduling */
     "getpid", "getppid", "gettid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
-    "getgroups", "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups", "setfsuid",
-    "setfsgid", "getuid32", "geteuid32", "getgid32", "getegid32", "getresuid32", "getresgid32", "getgroups32",
-    "setuid32", "setgid32", "setreuid32", "setregid32", "setresuid32", "setresgid32", "setgroups32",
-    "setfsuid32", "setfsgid32", "setsid", "getsid", "setpgid", "getpgid", "getpgrp", "getpriority",
-    "setpriority", "getrlimit", "ugetrlimit", "setrlimit", "prlimit64", "getrusage", "times", "sysinfo",
-    "uname", "sched_yield", "sched_getaffinity", "sched_setaffinity", "sched_getattr",
+    "getgroups", "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
+    "setfsuid", "setfsgid", "getuid32", "geteuid32", "getgid32", "getegid32", "getresuid32", "getresgid32",
+    "getgroups32", "setuid32", "setgid32", "setreuid32", "setregid32", "setresuid32", "setresgid32",
+    "setgroups32", "setfsuid32", "setfsgid32", "setsid", "getsid", "setpgid", "getpgid", "getpgrp",
+    "getpriority", "setpriority", "getrlimit", "ugetrlimit", "setrlimit", "prlimit64", "getrusage", "times",
+    "sysinfo", "uname", "sched_yield", "sched_getaffinity", "sched_setaffinity", "sched_getattr",
     "sched_setattr", "sched_getparam", "sched_setparam", "sched_getscheduler", "sched_setscheduler",
     "sched_get_priority_max", "sched_get_priority_min", "sched_rr_get_interval",
     "sched_rr_get_interval_time64", "ioprio_get", "ioprio_set", "getcpu", "getrandom",
@@ -84,8 +84,7 @@ static const char *const allowed_names[] = {
     "mq_timedsend_time64", "mq_timedreceive", "mq_timedreceive_time64", "mq_notify", "mq_getsetattr",
     /* POSIX AIO (io_uring is denied below) */
     "io_setup", "io_destroy", "io_getevents", "io_pgetevents", "io_pgetevents_time64", "io_submit",
-    "io_cancel",
-    NULL};
+    "io_cancel", NULL};
 
 /* Denied with EPERM, each for a reason given in docs/security.md.  They
  * reach into kernel state shared with the host (modules, keys, mounts,
@@ -95,7 +94,7 @@ static const char *const allowed_names[] = {
  * tracer can rewrite a tracee's syscalls after seccomp has checked them,
  * and both are a frequent route for kernel bugs. */
 #define DENY_PLAIN                                                                                           \
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module",         \
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module",        \
         "query_module", "get_kernel_syms", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",     \
         "mount", "umount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsmount",          \
         "fsconfig", "fspick", "mount_setattr", "setns", "open_by_handle_at", "name_to_handle_at", "swapon",  \
@@ -168,7 +167,8 @@ static int add_except(const struct arg_match *m, scmp_filter_ctx ctx, uint32_t m
     for (size_t i = 0; i < m->n && !hit; i++)
         hit = (m->vals[i] & mask) == value;
     if (!hit) {
-        struct scmp_arg_cmp cmp = {.arg = m->arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = mask, .datum_b = value};
+        struct scmp_arg_cmp cmp = {
+            .arg = m->arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = mask, .datum_b = value};
         return add_rule(ctx, m->name, m->action, 1, &cmp, err);
     }
     if (bit < 0)
@@ -193,7 +193,8 @@ static int add_only(scmp_filter_ctx ctx, const char *name, unsigned arg, const u
                     uint32_t action, fb_error_t *err)
 {
     for (size_t i = 0; i < n; i++) {
-        struct scmp_arg_cmp cmp = {.arg = arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffULL, .datum_b = vals[i]};
+        struct scmp_arg_cmp cmp = {
+            .arg = arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffULL, .datum_b = vals[i]};
         if (add_rule(ctx, name, action, 1, &cmp, err) < 0)
             return -1;
     }

@@ -444,7 +444,12 @@ def test_ttl_expiry_reaps(client):
     if status != 404:
         client.delete(path)
     assert status == 404, "sandbox with ttl 1 still there after 6 s"
-    assert not os.path.exists(os.path.join(STATE, "sandboxes", sb["id"]))
+    # its files go in the second phase of the delete, right after
+    layer = os.path.join(STATE, "sandboxes", sb["id"])
+    deadline = time.time() + 5
+    while time.time() < deadline and os.path.exists(layer):
+        time.sleep(0.05)
+    assert not os.path.exists(layer)
 
 
 def test_ttl_cleared_sandbox_survives(client):
