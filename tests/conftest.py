@@ -181,7 +181,9 @@ def daemon():
     # a clean slate, but keep the (slow to build) templates
     os.makedirs(STATE, exist_ok=True)
     for name in os.listdir(STATE):
-        if name not in ("templates",):
+        # the lock file stays: a daemon still running on this state dir
+        # holds a flock on that very inode
+        if name not in ("templates", "lock"):
             p = os.path.join(STATE, name)
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, ignore_errors=True)

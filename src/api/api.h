@@ -5,6 +5,7 @@
 #define FB_API_API_H
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,9 @@ enum fb_body_mode {
 struct fb_api {
     struct fb_core *core;
     struct MHD_Daemon *unix_daemon, *tcp_daemon;
+    /* bytes of uploads and archives spooled on the host's disk right now,
+     * bounded by FB_SPOOL_BUDGET so that concurrent uploads cannot fill it */
+    _Atomic long long spool_bytes;
 };
 
 struct fb_req;
@@ -59,12 +63,18 @@ struct fb_req {
     long long declared; /* Content-Length, parsed once; < 0: none or invalid */
     int spool_fd;
     char spool_path[PATH_MAX];
+    long long spool_reserved;     /* this request's share of api->spool_bytes */
     int file_fd;                  /* init connection of a streaming file upload */
     bool file_refused;            /* init stopped reading the upload: its result says why */
     fb_error_t body_err;          /* first error met while receiving the body */
     struct MHD_Response *pending; /* an early answer, sent once the body is drained */
     unsigned pending_status;
 };
+
+/* Reserves n more bytes of the host's spool budget for r (released when
+ * the request ends).  0, or -1 with *err (unavailable) when the budget
+ * would be exceeded. */
+int fb_spool_reserve(struct fb_req *r, long long n, fb_error_t *err);
 
 /* Matches method and path (no query) to a route; fills r->params. */
 const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r,

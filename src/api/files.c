@@ -236,6 +236,8 @@ struct MHD_Response *fb_h_archive_get(struct fb_req *r, unsigned *status)
     struct stat st;
     if (fstat(fd, &st) < 0 || lseek(fd, 0, SEEK_SET) < 0)
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "spool: %s", strerror(errno));
+    if (fb_spool_reserve(r, (long long)st.st_size, &err) < 0)
+        return fb_resp_error(err, status);
     resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
     if (resp == NULL)
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");

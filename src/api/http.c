@@ -193,6 +193,12 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
         return fb_resp_error_new(FB_ERR_TOO_LARGE, status, "body of %lld bytes exceeds the limit of %lld",
                                  r->declared, limit);
     if (r->route->body == FB_BODY_SPOOL) {
+        /* refused up front when the declared size cannot fit */
+        cleanup_error fb_error_t serr = NULL;
+        if (r->declared > 0 && fb_spool_reserve(r, r->declared, &serr) < 0)
+            return fb_resp_error(serr, status);
+        atomic_fetch_sub(&r->api->spool_bytes, r->spool_reserved);
+        r->spool_reserved = 0;
         if (fb_snprintf(r->spool_path, sizeof r->spool_path, "%s/tmp/upload.XXXXXX",
                         r->api->core->cfg.state_dir) < 0)
             return fb_resp_error_new(FB_ERR_INTERNAL, status, "spool path too long");
@@ -205,6 +211,20 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
 
 /* Takes one chunk of the body according to the route's body mode.  Errors
  * are remembered and answered once the body has been drained. */
+int fb_spool_reserve(struct fb_req *r, long long n, fb_error_t *err)
+{
+    long long now = atomic_fetch_add(&r->api->spool_bytes, n) + n;
+    if (now > FB_SPOOL_BUDGET) {
+        atomic_fetch_sub(&r->api->spool_bytes, n);
+        return fb_error_set(err, FB_ERR_UNAVAILABLE, ENOSPC,
+                            "uploads and archives in flight would exceed the host's spool budget of %lld "
+                            "bytes; retry later",
+                            (long long)FB_SPOOL_BUDGET);
+    }
+    r->spool_reserved += n;
+    return 0;
+}
+
 static void take_body(struct fb_req *r, const char *data, size_t size)
 {
     r->received += (long long)size;
@@ -255,6 +275,8 @@ static void take_body(struct fb_req *r, const char *data, size_t size)
             }
             return;
         }
+        if (fb_spool_reserve(r, (long long)size, &r->body_err) < 0)
+            return;
         for (size_t off = 0; off < size;) {
             ssize_t n = write(r->spool_fd, data + off, size - off);
             if (n < 0) {
@@ -336,6 +358,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r == NULL)
         return;
     free(r->body);
+    atomic_fetch_sub(&r->api->spool_bytes, r->spool_reserved);
     if (r->spool_fd >= 0) {
         close(r->spool_fd);
         unlink(r->spool_path);

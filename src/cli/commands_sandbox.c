@@ -487,10 +487,50 @@ static void print_flat(const char *prefix, json_t *j)
     printf("%s: %s\n", label ? label : "", clean ? clean : "");
 }
 
+/* "  MARK a: b" or "  MARK ab" with both parts made safe for a terminal */
+static void print_clean(const char *mark, const char *a, const char *sep, const char *b)
+{
+    cleanup_free char *ca = fb_sanitize(a ? a : "");
+    cleanup_free char *cb = fb_sanitize(b ? b : "");
+    printf("  %s %s%s%s\n", mark, ca ? ca : "", sep, cb ? cb : "");
+}
+
+/* The posture reads as a checklist: what is on, what is off, what the host
+ * lacks, and host settings worth hardening. */
+static void print_security(json_t *sec)
+{
+    size_t i;
+    json_t *v;
+    printf("security mitigations:\n");
+    json_array_foreach(json_object_get(sec, "mitigations"), i, v)
+    {
+        bool on = json_is_true(json_object_get(v, "active"));
+        print_clean(on ? "[on ]" : "[OFF]", json_string_value(json_object_get(v, "name")), ": ",
+                    json_string_value(json_object_get(v, "detail")));
+    }
+    printf("missing on this host:\n");
+    json_array_foreach(json_object_get(sec, "missing"), i, v)
+    {
+        print_clean("-", json_string_value(v), "", "");
+    }
+    printf("host settings:\n");
+    json_array_foreach(json_object_get(sec, "host_settings"), i, v)
+    {
+        char value[64];
+        snprintf(value, sizeof value, " = %lld (recommended >= %lld)",
+                 (long long)json_integer_value(json_object_get(v, "value")),
+                 (long long)json_integer_value(json_object_get(v, "recommended")));
+        bool ok = json_is_true(json_object_get(v, "ok"));
+        print_clean(ok ? "[ok ]" : "[!! ]", json_string_value(json_object_get(v, "sysctl")), "", value);
+    }
+}
+
 static const struct fb_command info_cmd = {
     .name = "info",
     .usage = "Usage: forkbox info\n"
-             "Shows the daemon's version, isolation features, templates and limits.\n",
+             "Shows the daemon's version, templates, limits and the host's security posture:\n"
+             "which mitigations are active, which host features are missing, and host\n"
+             "settings worth hardening.\n",
 };
 
 int fb_cmd_info(struct fb_cli *cli, int argc, char **argv)
@@ -511,8 +551,15 @@ int fb_cmd_info(struct fb_cli *cli, int argc, char **argv)
         return fb_fail(&err);
     if (cli->json)
         fb_print_json(info);
-    else
+    else {
+        json_t *sec = json_incref(json_object_get(info, "security"));
+        json_object_del(info, "security");
+        json_object_del(info, "missing"); /* repeated in the security section */
         print_flat("", info);
+        if (sec != NULL)
+            print_security(sec);
+        json_decref(sec);
+    }
     return FB_EXIT_OK;
 }
 

@@ -16,6 +16,7 @@
 #include "../runtime/container.h"
 #include "../runtime/disk.h"
 #include "core.h"
+#include "files.h"
 #include "internal.h"
 
 #define DEFAULT_TENANT "default"
@@ -208,16 +209,13 @@ json_t *fb_core_info(struct fb_core *core)
     json_object_set_new(cg, "favordynmods", json_boolean(core->favordynmods));
     json_t *tiers = json_pack("[{s:s, s:b}, {s:s, s:b, s:s}]", "name", "container", "available", 1, "name",
                               "microvm", "available", 0, "reason", "not implemented yet");
-    json_t *missing = json_array();
-    if (core->kvm_missing != NULL)
-        json_array_append_new(missing, json_string(core->kvm_missing));
-    if (core->cgroups.mode == FB_CGROUP_V1)
-        json_array_append_new(missing, json_string("cgroup v2 controllers (running on the v1 layout)"));
-    json_array_append_new(missing, json_string("disk quotas on the writable layer (not implemented yet)"));
-    json_array_append_new(missing, json_string("checkpoint/restore (not implemented yet)"));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:i, s:i}}", "name", "forkbox",
-                     "version", FORKBOX_VERSION, "cgroup", cg, "isolation", iso, "templates", tpl,
-                     "warm_pool", pool, "tiers", tiers, "missing", missing, "limits", "json_body_bytes",
-                     (json_int_t)(1 << 20), "upload_bytes", (json_int_t)1 << 30, "max_sandboxes_per_tenant",
-                     (int)core->cfg.max_sandboxes, "uid_ranges", (int)core->cfg.uid_pool_slots);
+    json_t *security = fb_core_posture(core);
+    json_t *missing = json_incref(json_object_get(security, "missing"));
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:i, s:i}}", "name",
+                     "forkbox", "version", FORKBOX_VERSION, "cgroup", cg, "isolation", iso, "security",
+                     security, "templates", tpl, "warm_pool", pool, "tiers", tiers, "missing", missing,
+                     "limits", "json_body_bytes", (json_int_t)(1 << 20), "upload_bytes",
+                     (json_int_t)FB_UPLOAD_MAX, "spool_budget_bytes", (json_int_t)FB_SPOOL_BUDGET,
+                     "max_sandboxes_per_tenant", (int)core->cfg.max_sandboxes, "uid_ranges",
+                     (int)core->cfg.uid_pool_slots);
 }

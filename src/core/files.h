@@ -7,6 +7,9 @@
 #include "core.h"
 
 #define FB_UPLOAD_MAX (1LL << 30)
+/* Spooled bytes (archive uploads and downloads) on the host's disk at any
+ * one time, over all requests. */
+#define FB_SPOOL_BUDGET (4LL << 30)
 #define FB_ARCHIVE_MAX (1LL << 30)
 
 /* Opens path for reading.  *meta gets {"type":"file"|"dir", "size", ...};

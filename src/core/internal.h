@@ -22,6 +22,10 @@ void fb_core_remove_orphans(struct fb_core *core);
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
 
+/* The host's security posture for /v1/info: {mitigations, missing,
+ * host_settings}.  New reference. */
+json_t *fb_core_posture(struct fb_core *core);
+
 /* Tells every background thread of the core to finish (they are joined by
  * their own stop functions). */
 void fb_core_signal_stop(struct fb_core *core);

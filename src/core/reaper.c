@@ -50,5 +50,6 @@ void fb_core_reaper_stop(struct fb_core *core)
     core->reaper_started = false;
     /* deletes requested while the reaper was already on its way out (the
      * warm pool is drained during the stop) */
-    fb_sandbox_finish_deletes(core);
+    if (core->store != NULL)
+        fb_sandbox_finish_deletes(core);
 }

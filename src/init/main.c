@@ -133,6 +133,10 @@ int main(int argc, char **argv)
                 serve_connection(conn);
                 _exit(0);
             }
+            /* most likely the pids limit (a fork bomb inside): say so
+             * rather than hang up without an answer */
+            if (pid < 0)
+                fbi_send_error(conn, errno, "the sandbox cannot start another process (pids limit reached?)");
             close(conn);
         }
     }

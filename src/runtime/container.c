@@ -20,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -395,6 +396,28 @@ static int plan_fill(const struct fb_container_config *c, struct child_plan *p, 
     return 0;
 }
 
+/* Limits set from outside, as the child could not raise its own: the hard
+ * limits bind everything the sandbox starts (nothing in it keeps
+ * CAP_SYS_RESOURCE).  Open files are bounded per process (the memory
+ * cgroup bounds their sum); core dumps are off, so nothing a sandbox
+ * crashes with is ever handed to the host's core_pattern. */
+static int set_rlimits(pid_t pid, fb_error_t *err)
+{
+    /* raising a hard limit needs CAP_SYS_RESOURCE, which a daemon run in a
+     * restricted container may lack: then the daemon's own limit binds */
+    struct rlimit own;
+    rlim_t nofile = FB_SANDBOX_NOFILE;
+    if (getrlimit(RLIMIT_NOFILE, &own) == 0 && own.rlim_max < nofile)
+        nofile = own.rlim_max;
+    struct rlimit rl = {nofile, nofile};
+    if (prlimit(pid, RLIMIT_NOFILE, &rl, NULL) < 0)
+        return fb_error_sys(err, "set the sandbox's open-file limit");
+    struct rlimit core = {0, 0};
+    if (prlimit(pid, RLIMIT_CORE, &core, NULL) < 0)
+        return fb_error_sys(err, "turn off core dumps");
+    return 0;
+}
+
 /* Mounts template (idmapped) + writable layer on the host at rootfs, keyed
  * on the user namespace of pid. */
 static int mount_root(const struct fb_container_config *c, pid_t pid, fb_error_t *err)
@@ -468,16 +491,23 @@ int fb_container_start(const struct fb_container_config *c, struct fb_container 
         goto fail_nochild;
     }
 
-    int ok = write_maps(pid, c->uid_base, err) == 0 && fb_cgroup_add_pid(c->cgroups, c->id, pid, err) == 0 &&
-             mount_root(c, pid, err) == 0;
+    int ok = write_maps(pid, c->uid_base, err) == 0 && set_rlimits(pid, err) == 0 &&
+             fb_cgroup_add_pid(c->cgroups, c->id, pid, err) == 0 && mount_root(c, pid, err) == 0;
     if (ok && write(sync[1], "g", 1) != 1)
         ok = fb_error_sys(err, "start sandbox child") == 0;
+    /* A child that is not told to go is killed right away rather than left
+     * to see EOF on its pipe: children cloned at the same moment by other
+     * threads hold copies of these pipe ends until they execute init. */
+    if (!ok)
+        kill(pid, SIGKILL);
     close(sync[1]);
     struct child_report rep = {0, 0};
-    ssize_t n;
-    do {
+    ssize_t n = 0;
+    while (ok) {
         n = read(report[0], &rep, sizeof rep);
-    } while (n < 0 && errno == EINTR);
+        if (!(n < 0 && errno == EINTR))
+            break;
+    }
     close(report[0]);
     /* the child has pivoted (or died): the host needs these mounts no more */
     unmount_root(c);

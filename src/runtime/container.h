@@ -20,6 +20,9 @@
 #include "seccomp.h"
 
 #define FB_UID_COUNT 65536
+/* RLIMIT_NOFILE (soft = hard) of every sandbox process, or the daemon's own
+ * hard limit when that is lower and cannot be raised */
+#define FB_SANDBOX_NOFILE 65536
 
 struct fb_container_config {
     const char *id;              /* sandbox id; names the cgroup and dirs */

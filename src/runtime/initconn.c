@@ -83,6 +83,8 @@ static enum fb_error_kind kind_for_errno(int e)
     case EDQUOT:
     case EFBIG:
         return FB_ERR_TOO_LARGE;
+    case EAGAIN:
+        return FB_ERR_UNAVAILABLE; /* e.g. the sandbox is at its pids limit */
     default:
         return FB_ERR_INTERNAL;
     }
