@@ -193,7 +193,8 @@ static bool p_socket(void)
 static bool p_namespaces(void)
 {
     return fails_with(unshare(CLONE_NEWNS), EPERM) && fails_with(unshare(CLONE_NEWNET), EPERM) &&
-           fails_with(unshare(CLONE_NEWTIME), EPERM) && clone_fails(CLONE_NEWPID) && unshare(CLONE_FILES) == 0;
+           fails_with(unshare(CLONE_NEWTIME), EPERM) && clone_fails(CLONE_NEWPID) &&
+           unshare(CLONE_FILES) == 0;
 }
 
 static bool p_host_state(void)
