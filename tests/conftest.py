@@ -218,6 +218,28 @@ def sandbox(client):
 
 
 @pytest.fixture
+def make(client):
+    """Creates sandboxes with a spec and deletes them afterwards."""
+    made = []
+
+    def _make(**spec):
+        sb = client.create(**spec)
+        made.append(sb["id"])
+        return sb
+
+    yield _make
+    for sid in made:
+        client.delete("/v1/sandboxes/" + sid)
+
+
+def sh(client, sid, cmd, **kw):
+    """Runs cmd in the sandbox and insists that it succeeds; returns stdout."""
+    r = client.exec(sid, cmd, **kw)
+    assert r["exit_code"] == 0, r
+    return r["stdout"]
+
+
+@pytest.fixture
 def cli_env(daemon):
     env = dict(os.environ)
     env["FORKBOX_SOCKET"] = SOCKET

@@ -10,27 +10,7 @@ import time
 
 import pytest
 
-from conftest import SOCKET, STATE, UnixHTTPConnection
-
-
-def sh(client, sid, cmd, **kw):
-    r = client.exec(sid, cmd, **kw)
-    assert r["exit_code"] == 0, r
-    return r["stdout"]
-
-
-@pytest.fixture
-def make(client):
-    made = []
-
-    def _make(**spec):
-        sb = client.create(**spec)
-        made.append(sb["id"])
-        return sb
-
-    yield _make
-    for sid in made:
-        client.delete("/v1/sandboxes/" + sid)
+from conftest import SOCKET, STATE, UnixHTTPConnection, sh
 
 
 @pytest.fixture

@@ -10,29 +10,9 @@ import time
 
 import pytest
 
-from conftest import BUILD, CLI, STATE
+from conftest import BUILD, CLI, STATE, sh
 
 TEMPLATE_ROOTFS = os.path.join(STATE, "templates", "default", "rootfs")
-
-
-def sh(client, sid, cmd, **kw):
-    r = client.exec(sid, cmd, **kw)
-    assert r["exit_code"] == 0, r
-    return r["stdout"]
-
-
-@pytest.fixture
-def make(client):
-    made = []
-
-    def _make(**spec):
-        sb = client.create(**spec)
-        made.append(sb["id"])
-        return sb
-
-    yield _make
-    for sid in made:
-        client.delete("/v1/sandboxes/" + sid)
 
 
 def uid_base(client, sid):

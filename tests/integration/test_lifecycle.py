@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import DAEMON, STATE, Client, host_pids_with_cmdline
+from conftest import DAEMON, STATE, Client, host_pids_with_cmdline, sh
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 TEMPLATE_ROOTFS = os.path.join(STATE, "templates", "default", "rootfs")
@@ -18,15 +18,6 @@ TEMPLATE_ROOTFS = os.path.join(STATE, "templates", "default", "rootfs")
 def parse_time(s):
     """RFC3339 (as forkbox writes it: UTC, 'Z', milliseconds) -> epoch seconds."""
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-
-
-def sh(client, sid, cmd, **kw):
-    """Runs cmd in the sandbox and insists that it succeeds; returns stdout."""
-    r = client.exec(sid, cmd, **kw)
-    assert r["exit_code"] == 0, r
-    return r["stdout"]
-
-
 
 
 def host_uids(pid):
@@ -40,21 +31,6 @@ def host_uids(pid):
 def marker_sleep():
     """A sleep duration unique enough to find the process on the host."""
     return "%d.%06d" % (900 + os.getpid() % 100, uuid.uuid4().int % 1000000)
-
-
-@pytest.fixture
-def make(client):
-    """Creates sandboxes with a spec and deletes them afterwards."""
-    made = []
-
-    def _make(**spec):
-        sb = client.create(**spec)
-        made.append(sb["id"])
-        return sb
-
-    yield _make
-    for sid in made:
-        client.delete("/v1/sandboxes/" + sid)
 
 
 @pytest.fixture(scope="module")
