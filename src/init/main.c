@@ -82,6 +82,14 @@ int main(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
+    /* Only a sandbox's PID 1 is forkbox-init.  A command can still run this
+     * binary (a "#!/proc/self/exe" script in an exec worker does): it then
+     * does nothing instead of serving whatever happens to be its fd 3. */
+    if (getpid() != 1) {
+        static const char msg[] = "forkbox-init: runs only as a sandbox's PID 1\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        return 2;
+    }
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);

@@ -215,6 +215,12 @@ static void child_loopback(const struct child_plan *p)
 
 static int child_main(const struct child_plan *p)
 {
+    /* If the daemon dies before saying go, this child must not linger
+     * holding copies of the daemon's fds (its listening sockets among
+     * them); the thread that cloned it waits until init runs, so the signal
+     * only fires for a daemon that is gone.  Cleared before init starts. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        _exit(1);
     char go;
     if (read(p->sync_rd, &go, 1) != 1)
         _exit(1); /* parent gave up */
@@ -275,6 +281,8 @@ static int child_main(const struct child_plan *p)
             syscall(SYS_close_range, lo + 1, hi - 1, 0);
         syscall(SYS_close_range, hi + 1, ~0U, 0);
     }
+    if (prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) < 0)
+        child_fail(p, STEP_EXEC);
     if (fb_seccomp_install(p->seccomp) < 0)
         child_fail(p, STEP_SECCOMP);
     char *const argv[] = {"forkbox-init", NULL};
