@@ -71,6 +71,15 @@ static bool oom_happened(const struct oom_probe *p)
 
 /* init caps output per stream; the daemon enforces the same cap itself,
  * since nothing from a sandbox may size the daemon's memory. */
+/* A command init could not start is the request's fault (no such program,
+ * bad cwd or user), unless the sandbox is out of processes or memory:
+ * then it is worth trying again. */
+static enum fb_error_kind exec_error_kind(json_t *result)
+{
+    int e = (int)json_integer_value(json_object_get(result, "errno"));
+    return e == EAGAIN || e == ENOMEM ? FB_ERR_UNAVAILABLE : FB_ERR_BAD_REQUEST;
+}
+
 static struct MHD_Response *exec_buffered(int fd, int64_t cap, struct oom_probe *oom, unsigned *status)
 {
     bool dropped = false;
@@ -102,7 +111,7 @@ static struct MHD_Response *exec_buffered(int fd, int64_t cap, struct oom_probe 
             j = fb_wire_frame_json(&f);
             if (j && !json_is_true(json_object_get(j, "ok"))) {
                 const char *m = json_string_value(json_object_get(j, "error"));
-                fb_error_set(&rerr, FB_ERR_BAD_REQUEST, 0, "%s", m ? m : "exec failed");
+                fb_error_set(&rerr, exec_error_kind(j), 0, "%s", m ? m : "exec failed");
                 r = -1;
             }
         }
@@ -302,7 +311,7 @@ struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
         if (j != NULL && !json_is_true(json_object_get(j, "ok"))) {
             free(first.data);
             const char *m = json_string_value(json_object_get(j, "error"));
-            return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "%s", m ? m : "exec failed");
+            return fb_resp_error_new(exec_error_kind(j), status, "%s", m ? m : "exec failed");
         }
     }
     struct exec_stream *s = calloc(1, sizeof *s);

@@ -224,7 +224,10 @@ void fbi_exec_serve(int conn, json_t *req)
     double started = mono_ms_f();
     pid_t pid = fork();
     if (pid < 0) {
-        fbi_send_error(conn, errno, "fork");
+        int e = errno;
+        fbi_send_error(conn, e,
+                       e == EAGAIN ? "cannot start the command: the sandbox is at its pids limit"
+                                   : "cannot start the command: fork failed");
         _exit(1);
     }
     if (pid == 0)
