@@ -48,7 +48,7 @@ for b in $BUILDS; do
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     log=$(mktemp)
     # one test daemon at a time may own the test socket
-    FORKBOX_BUILD_DIR="$(pwd)/$b" flock /tmp/forkbox-it.lock /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/security 2>&1 | tee "$log"
+    FORKBOX_BUILD_DIR="$(pwd)/$b" flock /tmp/forkbox-it.lock /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/security tests/netlab 2>&1 | tee "$log"
     summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed|error)|no tests ran" "$log" | tail -1)
     rm -f "$log"
     if [ -z "$summary" ]; then
