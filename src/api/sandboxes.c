@@ -1,4 +1,4 @@
-/* /v1/sandboxes: create, list, get, delete, ttl. */
+/* /v1/sandboxes: create, list, get, delete, ttl, network. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +94,22 @@ struct MHD_Response *fb_h_sandbox_delete(struct fb_req *r, unsigned *status)
         return fb_resp_error(err, status);
     *status = 204;
     return fb_resp_empty();
+}
+
+struct MHD_Response *fb_h_sandbox_network(struct fb_req *r, unsigned *status)
+{
+    cleanup_error fb_error_t err = NULL;
+    cleanup_json json_t *body = NULL;
+    if (fb_req_json(r, &body, &err) < 0)
+        return fb_resp_error(err, status);
+    if (body == NULL)
+        return fb_resp_error_new(FB_ERR_BAD_REQUEST, status,
+                                 "body must be {\"mode\": ..., \"allow\": [...]}");
+    json_t *out = NULL;
+    if (fb_sandbox_set_network(r->api->core, r->tenant, r->params[0], body, &out, &err) < 0)
+        return fb_resp_error(err, status);
+    *status = 200;
+    return fb_resp_json(out);
 }
 
 struct MHD_Response *fb_h_sandbox_ttl(struct fb_req *r, unsigned *status)

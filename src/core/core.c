@@ -43,6 +43,8 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->init_fd = -1;
     core->lock_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
+    pthread_mutex_init(&core->net_lock, NULL);
+    pthread_mutex_init(&core->net_change, NULL);
     pthread_cond_init(&core->pool_cond, NULL);
     pthread_cond_init(&core->reaper_cond, NULL);
     /* sandbox paths are built from these; socket paths must fit sun_path */
@@ -104,6 +106,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     if (core->init_fd < 0)
         return -1;
     fb_core_remove_orphans(core);
+    fb_net_open(core); /* without it, networked modes answer 501 */
     if (fb_pool_start(core, err) < 0 || fb_core_readopt(core, err) < 0)
         return -1;
     if (fb_core_templates_init(core, err) < 0)
@@ -125,6 +128,7 @@ void fb_core_close(struct fb_core *core)
     fb_pool_stop(core);
     fb_core_reaper_stop(core);
     fb_core_templates_stop(core);
+    fb_net_close(core);
     if (core->store)
         fb_store_close(core->store);
     core->store = NULL;

@@ -13,6 +13,7 @@
 
 #include "../common/error.h"
 #include "../runtime/cgroup.h"
+#include "../runtime/nft.h"
 #include "../runtime/seccomp.h"
 #include "../store/store.h"
 #include "spec.h"
@@ -53,7 +54,12 @@ struct fb_core {
     const char *kvm_missing; /* why hardware virtualisation is unusable, or NULL */
     bool favordynmods;       /* host tuning in effect */
     bool disk_limits;        /* each writable layer is a filesystem of its own size */
-    char disk_missing[192];  /* why not, when !disk_limits */
+    bool net_ready;          /* the host-side nftables table is in place */
+    char net_missing[320];   /* why sandbox networks are unavailable */
+    struct fb_nft nft;       /* guarded by net_lock: libnftables contexts are not thread-safe */
+    pthread_mutex_t net_lock;
+    pthread_mutex_t net_change; /* one network mode change at a time */
+    char disk_missing[192];     /* why not, when !disk_limits */
     volatile bool stopping;
 };
 
@@ -83,6 +89,11 @@ int fb_sandbox_list(struct fb_core *core, const char *tenant, const char *const 
 int fb_sandbox_delete(struct fb_core *core, const char *tenant, const char *id, fb_error_t *err);
 int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id, int64_t ttl_s, json_t **out,
                        fb_error_t *err);
+/* PUT .../network: changes the network mode of a running sandbox live (its
+ * processes keep running).  400/501 for a bad or unsupported mode, 409 when
+ * it is not running. */
+int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char *id, json_t *network,
+                           json_t **out, fb_error_t *err);
 
 /* What exec and file calls need to reach a running sandbox. */
 struct fb_sandbox_handle {

@@ -22,6 +22,23 @@ void fb_core_remove_orphans(struct fb_core *core);
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
 
+/* ---- sandbox networks (net.c) ----
+ * Opens the host-side nftables table (replacing any earlier one); on
+ * failure networked modes answer 501 and net_missing says why. */
+int fb_net_open(struct fb_core *core);
+void fb_net_close(struct fb_core *core);
+/* Gives a running sandbox a veth pair and the policy of mode ("none": no
+ * link).  On failure nothing of it is left. */
+int fb_net_attach(struct fb_core *core, const struct fb_sandbox_row *row, pid_t init_pid, const char *mode,
+                  fb_error_t *err);
+/* Removes the sandbox's link and policy, if any.  Never fails. */
+void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row);
+/* After a daemon restart: re-enters the policy of a sandbox whose link
+ * survived.  -1 if it has none. */
+int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode);
+/* The network mode stored in a row's spec ("none" when absent). */
+void fb_net_row_mode(const struct fb_sandbox_row *row, char mode[FB_NET_MODE_MAX]);
+
 /* The host's security posture for /v1/info: {mitigations, missing,
  * host_settings}.  New reference. */
 json_t *fb_core_posture(struct fb_core *core);

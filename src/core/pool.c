@@ -181,7 +181,8 @@ void fb_pool_drain(struct fb_core *core)
 int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struct fb_sandbox_row *row)
 {
     /* a warm sandbox's disk was made at the default size */
-    if (strcmp(spec->template_name, POOL_TEMPLATE) != 0 || spec->res.disk_mb != FB_SPEC_DEFAULT_DISK_MB)
+    if (strcmp(spec->template_name, POOL_TEMPLATE) != 0 || spec->res.disk_mb != FB_SPEC_DEFAULT_DISK_MB ||
+        strcmp(spec->network_mode, "none") != 0)
         return -1;
     char id[FB_ID_MAX];
     pthread_mutex_lock(&core->lock);

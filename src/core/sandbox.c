@@ -176,7 +176,8 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
     cc.limits = &limits;
     cc.disk_bytes = core->disk_limits ? spec->res.disk_mb << 20 : 0;
     struct fb_container ct = {0};
-    if (fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0) {
+    if (fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0 ||
+        fb_net_attach(core, row, ct.init_pid, spec->network_mode, err) < 0) {
         fb_container_destroy(&cc, ct.init_pid, NULL);
         fb_store_sandbox_delete(core->store, row->id, NULL);
         return fb_error_wrap(err, "create sandbox");
@@ -336,6 +337,7 @@ static int destroy_row(struct fb_core *core, const struct fb_sandbox_row *row, f
     struct fb_core_paths paths;
     struct fb_container_config cc;
     fb_core_container_config(core, row, "", &paths, &cc);
+    fb_net_detach(core, row);
     if (fb_container_destroy(&cc, (pid_t)row->init_pid, err) < 0)
         return -1;
     if (fb_store_sandbox_delete(core->store, row->id, err) < 0)
@@ -408,6 +410,51 @@ int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id,
     }
     if (fb_store_sandbox_update(core->store, &row, err) < 0)
         return -1;
+    *out = row_to_json(&row);
+    return 0;
+}
+
+int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char *id, json_t *network,
+                           json_t **out, fb_error_t *err)
+{
+    char mode[FB_NET_MODE_MAX];
+    if (fb_network_spec_parse(network, mode, err) < 0)
+        return -1;
+    /* one change at a time: two racing changes would fight over the link */
+    pthread_mutex_lock(&core->net_change);
+    cleanup_row struct fb_sandbox_row row = {0};
+    int rc = get_live_row(core, tenant, id, &row, err);
+    if (rc == 0 && strcmp(row.state, "running") != 0)
+        rc = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
+    char cur[FB_NET_MODE_MAX];
+    if (rc == 0)
+        fb_net_row_mode(&row, cur);
+    if (rc == 0 && strcmp(cur, mode) != 0) {
+        /* the sandbox's processes keep running: only its link changes */
+        fb_net_detach(core, &row);
+        if (fb_net_attach(core, &row, (pid_t)row.init_pid, mode, err) < 0) {
+            cleanup_error fb_error_t back = NULL;
+            if (fb_net_attach(core, &row, (pid_t)row.init_pid, cur, &back) < 0)
+                fb_warn("sandbox %s: could not restore network mode %s: %s", id, cur, back->msg);
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
+        if (json_is_object(spec)) {
+            json_object_set_new(spec, "network", json_pack("{s:s, s:[]}", "mode", mode, "allow"));
+            char *s = json_dumps(spec, JSON_COMPACT);
+            if (s != NULL) {
+                free(row.spec_json);
+                row.spec_json = s;
+            }
+        }
+        rc = fb_store_sandbox_update(core->store, &row, err);
+    }
+    pthread_mutex_unlock(&core->net_change);
+    if (rc < 0)
+        return -1;
+    fb_info("sandbox %s: network mode %s", id, mode);
     *out = row_to_json(&row);
     return 0;
 }
@@ -533,6 +580,9 @@ int fb_core_readopt(struct fb_core *core, fb_error_t *err)
             continue;
         }
         if (alive) {
+            char mode[FB_NET_MODE_MAX];
+            fb_net_row_mode(row, mode);
+            fb_net_restore(core, row, mode);
             fb_info("sandbox %s re-adopted (init pid %lld)", row->id, (long long)row->init_pid);
             continue;
         }

@@ -225,9 +225,14 @@ static int parse_network(json_t *v, struct fb_create_spec *s, fb_error_t *err)
         const char *m;
         if (get_string(mode, "network.mode", ENUM_STRING_MAX, false, &m, err) < 0)
             return -1;
-        if (strcmp(m, "none") != 0)
+        if (strcmp(m, "allowlist") == 0)
+            return fb_error_set(err, FB_ERR_UNSUPPORTED, 0,
+                                "network.mode \"allowlist\" needs forkbox's DNS resolver and egress proxy, "
+                                "which this version does not have yet");
+        if (strcmp(m, "none") != 0 && strcmp(m, "open") != 0)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
-                                "network.mode: only \"none\" is supported in this version");
+                                "network.mode: must be \"none\", \"open\" or \"allowlist\"");
+        fb_strlcpy(s->network_mode, m, sizeof s->network_mode);
     }
     json_t *allow = json_object_get(v, "allow");
     if (!is_null_or_absent(allow)) {
@@ -235,9 +240,19 @@ static int parse_network(json_t *v, struct fb_create_spec *s, fb_error_t *err)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "network.allow: must be an array");
         if (json_array_size(allow) != 0)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
-                                "network.allow: must be empty when network.mode is \"none\"");
+                                "network.allow: must be empty when network.mode is \"%s\"", s->network_mode);
     }
-    strcpy(s->network_mode, "none");
+    return 0;
+}
+
+int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], fb_error_t *err)
+{
+    struct fb_create_spec s;
+    memset(&s, 0, sizeof s);
+    strcpy(s.network_mode, "none");
+    if (parse_network(v, &s, err) < 0)
+        return -1;
+    fb_strlcpy(mode, s.network_mode, FB_NET_MODE_MAX);
     return 0;
 }
 

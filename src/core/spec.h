@@ -16,6 +16,7 @@
 #define FB_LABEL_KEY_MAX 63
 #define FB_LABEL_VALUE_MAX 255
 #define FB_SPEC_DEFAULT_DISK_MB 2048
+#define FB_NET_MODE_MAX 16
 #define FB_ENV_MAX 256      /* env entries per request */
 #define FB_ENV_NAME_MAX 255 /* no '=', no NUL, not empty */
 #define FB_ENV_VALUE_MAX 32768
@@ -44,13 +45,17 @@ struct fb_create_spec {
     json_t *env;                                  /* owned: object of string -> string */
     char workdir[4096];                           /* absolute normalised path, default "/root" */
     struct fb_resources res;
-    char network_mode[16]; /* "none" only for now */
+    char network_mode[FB_NET_MODE_MAX]; /* "none" or "open" ("allowlist": 501 for now) */
 };
 
 /* Parses a POST /v1/sandboxes body (NULL or {} gives all defaults).  On
  * success the caller owns *out and releases it with fb_create_spec_clear().
  * Unknown top-level fields are refused so typos do not silently vanish. */
 int fb_create_spec_parse(json_t *body, struct fb_create_spec *out, fb_error_t *err);
+
+/* Parses a "network" object (as in a create, or PUT .../network) into mode.
+ * 400 for bad input, 501 for a mode this version lacks. */
+int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], fb_error_t *err);
 void fb_create_spec_clear(struct fb_create_spec *s);
 
 /* The spec as stored and returned to clients (labels, env keys, workdir,

@@ -200,8 +200,10 @@ int fb_nl_link_delete(struct fb_nl *nl, const char *name, fb_error_t *err)
     if (talk(nl, &r, "delete link", &e) < 0) {
         if (e->errno_value == ENODEV)
             return 0; /* gone meanwhile */
-        *err = e;
-        e = NULL;
+        if (err != NULL && *err == NULL) {
+            *err = e;
+            e = NULL;
+        }
         return -1;
     }
     return 0;

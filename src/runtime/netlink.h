@@ -31,7 +31,8 @@ int fb_nl_link_move(struct fb_nl *nl, const char *name, int netns_fd, const char
 /* Sets a link up or down. */
 int fb_nl_link_set_up(struct fb_nl *nl, const char *name, bool up, fb_error_t *err);
 
-/* Deletes a link (a veth takes its peer with it).  Missing is not an error. */
+/* Deletes a link (a veth takes its peer with it).  Missing is not an error.
+ * err may be NULL when the caller only tidies up. */
 int fb_nl_link_delete(struct fb_nl *nl, const char *name, fb_error_t *err);
 
 /* Adds an IPv4 address addr/prefix to link name. */

@@ -148,7 +148,8 @@ WRONG_CREATE = [
                    {"pids": 15}, {"pids": 32769}, {"pids": 0}, {"pids": -1}, {"pids": 1.5}, {"pids": "64"},
                    {"disk_mb": 15}, {"disk_mb": 1048577}, {"disk_mb": 0}, {"disk_mb": "1"},
                    {"gpus": 1}, {"cpus": 1, "extra": 1}]),
-    ("network", [[], 5, "none", True, {"mode": "open"}, {"mode": "allowlist"}, {"mode": 5}, {"mode": ""},
+    ("network", [[], 5, "none", True, {"mode": "wide"}, {"mode": "open", "allow": ["x.test"]}, {"mode": 5},
+                 {"mode": ""},
                  {"allow": ["pypi.org"]}, {"allow": "x"}, {"allow": {}}, {"mode": "none", "allow": [1]},
                  {"extra": 1}]),
 ]
@@ -584,7 +585,7 @@ def test_failures_and_cycles_leak_nothing(client):
     failing = [
         b"{", b"[]", b'{"ttl": -1}', b'{"bogus": 1}', b'{"resources": {"memory_mb": 1}}',
         b'{"resources": {"pids": 1}}', b'{"labels": {"": ""}}', b'{"env": {"A=B": "x"}}',
-        b'{"workdir": "rel"}', b'{"network": {"mode": "open"}}', b'{"template": "Bad Name"}',
+        b'{"workdir": "rel"}', b'{"network": {"mode": "wide"}}', b'{"template": "Bad Name"}',
         b'{"template": "nope"}', b'{"template": "missing-1"}', b'{"template": "missing-2"}',
         b'{"template": "missing-3"}', b'{"template": "missing-4"}', b'{"on_expire": "pause"}',
         b'{"workdir": "/etc/passwd/x"}', b'{"workdir": "/dev/null/x"}', b'{"workdir": "/sys/x"}',
@@ -689,3 +690,12 @@ def test_daemon_still_healthy_at_the_end(client):
     finally:
         client.delete("/v1/sandboxes/" + sb["id"])
     assert_healthy(client)
+
+
+def test_create_allowlist_mode_is_unsupported_for_now(client):
+    """network.mode "allowlist" answers 501 with the reason; nothing is created."""
+    before = tenant_ids(client)
+    r = client.post("/v1/sandboxes", {"network": {"mode": "allowlist", "allow": ["pypi.org"]}})
+    assert_error(r, 501)
+    assert "resolver" in r.json()["error"]["message"]
+    assert tenant_ids(client) == before

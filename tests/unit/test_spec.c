@@ -213,8 +213,10 @@ static const struct bad_group create_refusals[] = {
     {"resources.disk_mb: must be an integer between 16 and 1048576",
      {"{'resources':{'disk_mb':15}}", "{'resources':{'disk_mb':1048577}}", "{'resources':{'disk_mb':{}}}"}},
     {"network: must be an object", {"{'network':'none'}", "{'network':[]}"}},
-    {"network.mode: only \"none\" is supported in this version",
-     {"{'network':{'mode':'allowlist'}}", "{'network':{'mode':'host'}}", "{'network':{'mode':'None'}}"}},
+    {"network.mode: must be \"none\", \"open\" or \"allowlist\"",
+     {"{'network':{'mode':'host'}}", "{'network':{'mode':'None'}}"}},
+    {"network.allow: must be empty when network.mode is \"open\"",
+     {"{'network':{'mode':'open','allow':['pypi.org']}}"}},
     {"network.mode: must not be empty", {"{'network':{'mode':''}}"}},
     {"network.mode: must be a string", {"{'network':{'mode':1}}"}},
     {"network.mode: must not contain NUL", {"{'network':{'mode':'none\\u0000'}}"}},
@@ -222,6 +224,30 @@ static const struct bad_group create_refusals[] = {
      {"{'network':{'allow':['10.0.0.1']}}", "{'network':{'mode':'none','allow':['*']}}"}},
     {"network.allow: must be an array", {"{'network':{'allow':'10.0.0.1'}}", "{'network':{'allow':{}}}"}},
 };
+
+/* open is a network mode of its own; allowlist is named but not there yet */
+static void test_network_modes(void **state)
+{
+    (void)state;
+    cleanup_json json_t *open = load("{'network':{'mode':'open','allow':[]}}");
+    struct fb_create_spec s;
+    cleanup_error fb_error_t err = NULL;
+    assert_int_equal(fb_create_spec_parse(open, &s, &err), 0);
+    assert_string_equal(s.network_mode, "open");
+    fb_create_spec_clear(&s);
+    cleanup_json json_t *al = load("{'network':{'mode':'allowlist','allow':['pypi.org']}}");
+    struct fb_create_spec s2;
+    assert_int_equal(fb_create_spec_parse(al, &s2, &err), -1);
+    assert_int_equal(err->kind, FB_ERR_UNSUPPORTED);
+    fb_error_release(&err);
+    char mode[FB_NET_MODE_MAX];
+    cleanup_json json_t *none = load("{'mode':'none'}");
+    assert_int_equal(fb_network_spec_parse(none, mode, &err), 0);
+    assert_string_equal(mode, "none");
+    cleanup_json json_t *bad = load("{'mode':'open','extra':1}");
+    assert_int_equal(fb_network_spec_parse(bad, mode, &err), -1);
+    assert_int_equal(err->kind, FB_ERR_BAD_REQUEST);
+}
 
 static void test_create_refusals(void **state)
 {
@@ -689,6 +715,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_defaults),
         cmocka_unit_test(test_create_refusals),
+        cmocka_unit_test(test_network_modes),
         cmocka_unit_test(test_create_nul_keys),
         cmocka_unit_test(test_create_bounds),
         cmocka_unit_test(test_env),

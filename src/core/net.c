@@ -1,0 +1,264 @@
+/* Sandbox networks: a veth pair per networked sandbox, addressed from
+ * FB_NET_PREFIX by the sandbox's uid slot, and a host-side nftables table
+ * that decides what may leave.  Everything that enforces the policy is on
+ * the host side of the pair: root inside the sandbox has no CAP_NET_ADMIN
+ * and could only change its own end, which the host does not trust. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/cleanup.h"
+#include "../common/json_util.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "../runtime/container.h"
+#include "../runtime/netlink.h"
+#include "../runtime/nft.h"
+#include "core.h"
+#include "internal.h"
+
+/* 10.224.0.0/12, a /30 per 65536-id range (uid_base >> 16): .1 the host's
+ * end, .2 the sandbox's.  Keyed on the absolute range, so daemons with
+ * disjoint uid pools never pick the same link names or addresses. */
+#define FB_NET_PREFIX 0x0ae00000U
+
+/* Refused packets are rejected (admin-prohibited), not dropped, so a
+ * program inside fails at once instead of waiting for a timeout.
+ * Destinations no mode reaches: this host's loopback, private and
+ * link-local ranges (cloud metadata lives at 169.254.169.254), shared
+ * address space, multicast, broadcast and reserved space.  Traffic to the
+ * host itself never gets here: the input chain drops it. */
+static const char base_rules[] =
+    "table inet forkbox\n"
+    "delete table inet forkbox\n"
+    "table inet forkbox {\n"
+    "  set blocked4 {\n"
+    "    type ipv4_addr; flags interval\n"
+    "    elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12,\n"
+    "                 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/3 }\n"
+    "  }\n"
+    "  map sandboxes {\n"
+    "    type ifname : verdict\n"
+    "  }\n"
+    "  chain forward {\n"
+    "    type filter hook forward priority filter; policy accept\n"
+    "    iifname \"fbv*\" jump egress\n"
+    "    oifname \"fbv*\" ct state established,related accept\n"
+    "    oifname \"fbv*\" counter drop\n"
+    "  }\n"
+    "  chain egress {\n"
+    "    ct state established,related accept\n"
+    "    meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"
+    "    ip daddr @blocked4 counter reject with icmpx type admin-prohibited\n"
+    "    meta l4proto != tcp counter reject with icmpx type admin-prohibited\n"
+    "    iifname vmap @sandboxes\n"
+    "    counter reject with icmpx type admin-prohibited\n"
+    "  }\n"
+    "  chain open {\n"
+    "    accept\n"
+    "  }\n"
+    "  chain input {\n"
+    "    type filter hook input priority filter; policy accept\n"
+    "    iifname \"fbv*\" ct state established,related accept\n"
+    "    iifname \"fbv*\" counter reject with icmpx type admin-prohibited\n"
+    "  }\n"
+    "  chain postrouting {\n"
+    "    type nat hook postrouting priority srcnat; policy accept\n"
+    "    ip saddr 10.224.0.0/12 oifname != \"fbv*\" masquerade\n"
+    "  }\n"
+    "}\n";
+
+static int nft_apply(struct fb_core *core, const char *cmds, fb_error_t *err)
+{
+    pthread_mutex_lock(&core->net_lock);
+    int r = fb_nft_run(&core->nft, cmds, err);
+    pthread_mutex_unlock(&core->net_lock);
+    return r;
+}
+
+int fb_net_open(struct fb_core *core)
+{
+    cleanup_error fb_error_t err = NULL;
+    if (fb_nft_open(&core->nft, &err) < 0 || fb_nft_run(&core->nft, base_rules, &err) < 0) {
+        snprintf(core->net_missing, sizeof core->net_missing, "sandbox networks unavailable: %s", err->msg);
+        fb_warn("%s", core->net_missing);
+        return -1;
+    }
+    core->net_ready = true;
+    return 0;
+}
+
+void fb_net_close(struct fb_core *core)
+{
+    /* the table stays: sandboxes keep their policy while no daemon runs */
+    fb_nft_close(&core->nft);
+    core->net_ready = false;
+}
+
+/* Link names and addresses of a sandbox, from its uid slot. */
+struct net_names {
+    char host[IFNAMSIZ], peer[IFNAMSIZ];
+    struct in_addr gw, addr;
+};
+
+static int net_names(struct fb_core *core, const struct fb_sandbox_row *row, struct net_names *n,
+                     fb_error_t *err)
+{
+    (void)core;
+    int64_t slot = row->uid_base / FB_UID_COUNT;
+    if (slot <= 0 || slot > 65535)
+        return fb_error_set(err, FB_ERR_INTERNAL, ERANGE, "sandbox %s: uid range out of the network's range",
+                            row->id);
+    snprintf(n->host, sizeof n->host, "fbv%lld", (long long)slot);
+    snprintf(n->peer, sizeof n->peer, "fbp%lld", (long long)slot);
+    n->gw.s_addr = htonl(FB_NET_PREFIX + (uint32_t)slot * 4 + 1);
+    n->addr.s_addr = htonl(FB_NET_PREFIX + (uint32_t)slot * 4 + 2);
+    return 0;
+}
+
+/* The sandbox's end is configured from a thread that has joined the
+ * sandbox's network namespace (setns affects only the calling thread). */
+struct inside_job {
+    int netns_fd;
+    const struct net_names *n;
+    fb_error_t err;
+    int rc;
+};
+
+static void *configure_inside(void *arg)
+{
+    struct inside_job *j = arg;
+    j->rc = -1;
+    if (setns(j->netns_fd, CLONE_NEWNET) < 0) {
+        fb_error_sys(&j->err, "join the sandbox's network namespace");
+        return NULL;
+    }
+    struct fb_nl nl;
+    if (fb_nl_open(&nl, &j->err) < 0)
+        return NULL;
+    struct in_addr any = {0};
+    j->rc = fb_nl_addr_add4(&nl, "eth0", j->n->addr, 30, &j->err) == 0 &&
+                    fb_nl_link_set_up(&nl, "eth0", true, &j->err) == 0 &&
+                    fb_nl_route_add4(&nl, "eth0", any, 0, j->n->gw, &j->err) == 0
+                ? 0
+                : -1;
+    fb_nl_close(&nl);
+    return NULL;
+}
+
+static int enable_forwarding(fb_error_t *err)
+{
+    char *v = NULL;
+    size_t len = 0;
+    if (fb_read_file("/proc/sys/net/ipv4/ip_forward", 16, &v, &len) == 0 && v[0] == '1') {
+        free(v);
+        return 0;
+    }
+    free(v);
+    int r = fb_write_file("/proc/sys/net/ipv4/ip_forward", "1\n", 2, 0644);
+    if (r < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, -r, "enable IPv4 forwarding");
+    fb_info("enabled IPv4 forwarding for sandbox networks (forwarding of other traffic is left to the host's "
+            "own firewall)");
+    return 0;
+}
+
+int fb_net_attach(struct fb_core *core, const struct fb_sandbox_row *row, pid_t init_pid, const char *mode,
+                  fb_error_t *err)
+{
+    if (strcmp(mode, "none") == 0)
+        return 0;
+    if (!core->net_ready)
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "%s", core->net_missing);
+    struct net_names n;
+    if (net_names(core, row, &n, err) < 0 || enable_forwarding(err) < 0)
+        return -1;
+    char nspath[64];
+    snprintf(nspath, sizeof nspath, "/proc/%d/ns/net", (int)init_pid);
+    cleanup_close int netns = open(nspath, O_RDONLY | O_CLOEXEC);
+    if (netns < 0)
+        return fb_error_sys(err, "open %s", nspath);
+    struct fb_nl nl;
+    if (fb_nl_open(&nl, err) < 0)
+        return -1;
+    /* a link left by a crash before cleanup would make the create fail */
+    fb_nl_link_delete(&nl, n.host, NULL);
+    int rc = -1;
+    if (fb_nl_veth_create(&nl, n.host, n.peer, err) < 0 ||
+        fb_nl_link_move(&nl, n.peer, netns, "eth0", err) < 0 ||
+        fb_nl_addr_add4(&nl, n.host, n.gw, 30, err) < 0 || fb_nl_link_set_up(&nl, n.host, true, err) < 0)
+        goto out;
+    struct inside_job job = {.netns_fd = netns, .n = &n};
+    pthread_t t;
+    if (pthread_create(&t, NULL, configure_inside, &job) != 0) {
+        fb_error_set(err, FB_ERR_INTERNAL, EAGAIN, "start a network setup thread");
+        goto out;
+    }
+    pthread_join(t, NULL);
+    if (job.rc < 0) {
+        *err = job.err;
+        goto out;
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "add element inet forkbox sandboxes { \"%s\" : goto %s }\n", n.host, mode);
+    rc = nft_apply(core, cmd, err);
+out:
+    if (rc < 0)
+        fb_nl_link_delete(&nl, n.host, NULL);
+    fb_nl_close(&nl);
+    if (rc < 0)
+        return fb_error_wrap(err, "network for sandbox %s", row->id);
+    return 0;
+}
+
+void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
+{
+    if (!core->net_ready)
+        return;
+    struct net_names n;
+    if (net_names(core, row, &n, NULL) < 0)
+        return;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "delete element inet forkbox sandboxes { \"%s\" }\n", n.host);
+    fb_error_t e = NULL;
+    if (nft_apply(core, cmd, &e) < 0)
+        fb_error_release(&e); /* not there: it never had a network */
+    struct fb_nl nl;
+    if (fb_nl_open(&nl, NULL) == 0) {
+        fb_nl_link_delete(&nl, n.host, NULL);
+        fb_nl_close(&nl);
+    }
+}
+
+int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode)
+{
+    if (!core->net_ready || strcmp(mode, "none") == 0)
+        return 0;
+    struct net_names n;
+    cleanup_error fb_error_t err = NULL;
+    if (net_names(core, row, &n, &err) < 0 || if_nametoindex(n.host) == 0)
+        return -1;
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "add element inet forkbox sandboxes { \"%s\" : goto %s }\n", n.host, mode);
+    if (nft_apply(core, cmd, &err) < 0) {
+        fb_warn("sandbox %s: restore network policy: %s", row->id, err->msg);
+        return -1;
+    }
+    return 0;
+}
+
+void fb_net_row_mode(const struct fb_sandbox_row *row, char mode[FB_NET_MODE_MAX])
+{
+    fb_strlcpy(mode, "none", FB_NET_MODE_MAX);
+    cleanup_json json_t *spec = json_loads(row->spec_json ? row->spec_json : "{}", 0, NULL);
+    const char *m = json_string_value(json_object_get(json_object_get(spec, "network"), "mode"));
+    if (m != NULL && (strcmp(m, "open") == 0 || strcmp(m, "none") == 0))
+        fb_strlcpy(mode, m, FB_NET_MODE_MAX);
+}

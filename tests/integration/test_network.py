@@ -1,0 +1,181 @@
+"""Sandbox networks, modes "none" and "open", against the lab internet of
+tests/netlab: what may leave a sandbox, what never may, that root inside
+cannot loosen it, and that the mode changes live.  (Mode "allowlist", the
+DNS resolver and the egress proxy are not in this version: 501.)"""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import TCP_PORT, sh
+from netlab import NetLab
+
+# Run inside the sandbox: each probe prints one JSON line {"what", "ok", "detail"}.
+PROBE = r'''
+import json, socket, sys
+def tcp(host, port, family=socket.AF_INET):
+    s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(3)
+    try:
+        s.connect((host, port))
+        s.sendall(b"GET /probe HTTP/1.0\r\nHost: allowed.test\r\n\r\n")
+        data = s.recv(300)
+        return True, data.split(b"\r\n")[0].decode("latin-1")
+    except OSError as e:
+        return False, "%s" % e
+    finally:
+        s.close()
+def udp(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+    query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04leak\x04evil\x04test\x00\x00\x10\x00\x01"
+    try:
+        s.sendto(query, (host, port)); s.recv(512); return True, "answered"
+    except OSError as e:
+        return False, "%s" % e
+for line in sys.argv[1:]:
+    kind, host, port = line.split(",")
+    ok, detail = (tcp if kind == "tcp" else udp)(host, int(port))
+    print(json.dumps({"what": line, "ok": ok, "detail": detail}))
+'''
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with NetLab() as lab:
+        yield lab
+
+
+def probe(client, sid, *targets):
+    r = client.put("/v1/sandboxes/%s/files?path=/tmp/probe.py" % sid, raw=PROBE.encode())
+    assert r.status == 201, r
+    r = client.exec(sid, ["python3", "/tmp/probe.py"] + list(targets), timeout=60)
+    assert r["exit_code"] == 0, r
+    return {d["what"]: d for d in map(json.loads, r["stdout"].splitlines())}
+
+
+def host_addresses():
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True).stdout
+    return [l.split()[3].split("/")[0] for l in out.splitlines() if not l.split()[1].startswith("fbv")]
+
+
+def test_none_mode_has_no_route_out(make, client, lab):
+    """Mode none (the default): loopback only, the lab is unreachable."""
+    sid = make()["id"]
+    res = probe(client, sid, "tcp,%s,80" % lab.http_ip)
+    assert not res["tcp,%s,80" % lab.http_ip]["ok"]
+    assert "eth0" not in sh(client, sid, ["cat", "/proc/net/dev"])
+
+
+def test_open_mode_reaches_the_internet_but_not_the_blocked_set(make, client, lab):
+    """Mode open: public addresses answer; metadata, private ranges, the host and UDP do not."""
+    sb = make(network={"mode": "open"})
+    assert sb["network"] == {"mode": "open", "allow": []}
+    sid = sb["id"]
+    lab.clear_logs()
+    public = "tcp,%s,80" % lab.http_ip
+    blocked = ["tcp,%s,80" % lab.metadata_ip] + ["tcp,%s,22" % ip for ip in lab.private_ips]
+    host = ["tcp,%s,%d" % (ip, TCP_PORT) for ip in host_addresses()] + ["tcp,127.0.0.1,%d" % TCP_PORT]
+    dns = "udp,%s,53" % lab.upstream_dns
+    res = probe(client, sid, public, dns, *(blocked + host))
+    assert res[public]["ok"] and "200" in res[public]["detail"], res[public]
+    for t in blocked + host + [dns]:
+        assert not res[t]["ok"], res[t]
+    # nothing reached the blocked hosts, and no DNS query left
+    assert lab.log("metadata") == []
+    assert lab.log("private10") == [] and lab.log("private192") == []
+    assert lab.log("dns") == [] and lab.attacker_queries() == []
+
+
+def test_root_inside_cannot_loosen_the_policy(make, client, lab):
+    """Root in the sandbox cannot change routes, addresses or links, nor open raw sockets."""
+    sid = make(network={"mode": "open"})["id"]
+    code = r'''
+import socket, errno
+res = []
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); res.append("raw socket opened")
+except OSError as e:
+    res.append("raw:" + errno.errorcode[e.errno])
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW); res.append("packet socket opened")
+except OSError as e:
+    res.append("packet:" + errno.errorcode[e.errno])
+print(" ".join(res))
+'''
+    out = sh(client, sid, ["python3", "-c", code])
+    assert "opened" not in out, out
+    # SIOCSIFADDR/SIOCADDRT need CAP_NET_ADMIN, which is not kept
+    code = r'''
+import fcntl, socket, struct, errno
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+req = struct.pack("16sH2s4s8s", b"eth0", socket.AF_INET, b"\0\0", socket.inet_aton("169.254.169.1"), b"\0" * 8)
+try:
+    fcntl.ioctl(s, 0x8916, req); print("address changed")
+except OSError as e:
+    print("addr:" + errno.errorcode[e.errno])
+try:
+    fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"eth0", 0)); print("link down")
+except OSError as e:
+    print("flags:" + errno.errorcode[e.errno])
+'''
+    out = sh(client, sid, ["python3", "-c", code])
+    assert "changed" not in out and "link down" not in out, out
+    # the metadata server stays out of reach whatever resolv.conf or the routes say
+    sh(client, sid, "echo 'nameserver %s' > /etc/resolv.conf" % lab.upstream_dns)
+    res = probe(client, sid, "tcp,%s,80" % lab.metadata_ip, "udp,%s,53" % lab.upstream_dns)
+    assert not any(r["ok"] for r in res.values()), res
+    assert lab.log("metadata") == []
+
+
+def test_mode_changes_live_without_restarting_processes(make, client, lab):
+    """PUT .../network switches none -> open -> none; a process started before keeps running."""
+    sid = make()["id"]
+    pid = sh(client, sid, "nohup sleep 600 >/dev/null 2>&1 & echo $!").strip()
+    public = "tcp,%s,80" % lab.http_ip
+    assert not probe(client, sid, public)[public]["ok"]
+    r = client.put("/v1/sandboxes/%s/network" % sid, raw=json.dumps({"mode": "open"}).encode(),
+                   headers={"Content-Type": "application/json"})
+    assert r.status == 200, r
+    assert r.json()["network"]["mode"] == "open"
+    assert client.get("/v1/sandboxes/" + sid).json()["network"]["mode"] == "open"
+    assert probe(client, sid, public)[public]["ok"]
+    r = client.put("/v1/sandboxes/%s/network" % sid, raw=json.dumps({"mode": "none"}).encode(),
+                   headers={"Content-Type": "application/json"})
+    assert r.status == 200, r
+    assert not probe(client, sid, public)[public]["ok"]
+    assert sh(client, sid, "kill -0 %s && echo alive" % pid) == "alive\n"
+
+
+def test_bad_network_changes_are_refused(make, client):
+    """Unknown modes are 400, allowlist is 501 for now; nothing changes."""
+    sid = make()["id"]
+    for body, code in (({"mode": "wide"}, 400), ({"mode": "open", "allow": ["x.test"]}, 400),
+                       ({"mode": "allowlist", "allow": ["pypi.org"]}, 501), ({"bogus": 1}, 400), ([], 400)):
+        r = client.put("/v1/sandboxes/%s/network" % sid, raw=json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
+        assert r.status == code, (body, r)
+    assert client.get("/v1/sandboxes/" + sid).json()["network"]["mode"] == "none"
+    assert client.put("/v1/sandboxes/sbx_0000000000000000/network", raw=b'{"mode": "open"}',
+                      headers={"Content-Type": "application/json"}).status == 404
+
+
+def nft_map():
+    return subprocess.run(["nft", "list", "map", "inet", "forkbox", "sandboxes"], capture_output=True,
+                          text=True).stdout
+
+
+def test_delete_removes_the_link_and_policy(client, lab):
+    """Deleting a networked sandbox removes its host link and its policy entry."""
+    before = set(os.listdir("/sys/class/net"))
+    sb = client.create(network={"mode": "open"})
+    new = [l for l in set(os.listdir("/sys/class/net")) - before if l.startswith("fbv")]
+    assert len(new) == 1, new
+    link = new[0]
+    assert '"%s"' % link in nft_map()
+    client.delete("/v1/sandboxes/" + sb["id"])
+    deadline = time.time() + 10
+    while time.time() < deadline and (os.path.exists("/sys/class/net/" + link) or '"%s"' % link in nft_map()):
+        time.sleep(0.05)
+    assert not os.path.exists("/sys/class/net/" + link)
+    assert '"%s"' % link not in nft_map()
