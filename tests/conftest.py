@@ -136,7 +136,9 @@ class Daemon:
         args = [DAEMON, "--state-dir", STATE, "--run-dir", RUN_DIR, "--socket", SOCKET,
                 "--listen", "127.0.0.1:%d" % TCP_PORT, "--cache-dir", "/var/cache/forkbox",
                 # a uid pool of its own, apart from any other forkboxd on the host
-                "--uid-pool-start", "100000000"]
+                "--uid-pool-start", "100000000",
+                # sandboxes' DNS goes to the lab's resolver (tests/netlab), never the host's
+                "--dns-upstream", "198.18.1.53"]
         args += list(extra_args)
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")

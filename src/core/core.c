@@ -106,7 +106,11 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     if (core->init_fd < 0)
         return -1;
     fb_core_remove_orphans(core);
-    fb_net_open(core); /* without it, networked modes answer 501 */
+    if (fb_net_open(core) == 0) { /* without it, networked modes answer 501 */
+        cleanup_error fb_error_t derr = NULL;
+        if (fb_dns_start(core, &derr) < 0)
+            fb_warn("sandboxes will have no DNS: %s", derr->msg);
+    }
     if (fb_pool_start(core, err) < 0 || fb_core_readopt(core, err) < 0)
         return -1;
     if (fb_core_templates_init(core, err) < 0)
@@ -128,6 +132,7 @@ void fb_core_close(struct fb_core *core)
     fb_pool_stop(core);
     fb_core_reaper_stop(core);
     fb_core_templates_stop(core);
+    fb_dns_stop(core);
     fb_net_close(core);
     if (core->store)
         fb_store_close(core->store);

@@ -5,6 +5,7 @@
 #define FB_CORE_CORE_H
 
 #include <limits.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +30,17 @@ struct fb_core_config {
     bool build_default;       /* build the default template if missing */
     bool host_tuning;         /* may tune host settings (cgroup2 favordynmods) */
     uint32_t warm_pool;       /* warm sandboxes of the default template kept ready */
+    char dns_upstream[64];    /* IPv4 resolver for sandboxes' queries; "": the host's */
+};
+
+/* forkbox's DNS resolver (dns.c); its port is where sandboxes' queries to
+ * their gateway are redirected */
+#define FB_DNS_PORT 10053
+struct fb_dns_server {
+    int udp, tcp, wake[2];
+    pthread_t thread;
+    bool started;
+    struct sockaddr_in upstream;
 };
 
 enum fb_template_state { FB_TPL_MISSING, FB_TPL_BUILDING, FB_TPL_READY, FB_TPL_FAILED };
@@ -58,8 +70,11 @@ struct fb_core {
     char net_missing[320];   /* why sandbox networks are unavailable */
     struct fb_nft nft;       /* guarded by net_lock: libnftables contexts are not thread-safe */
     pthread_mutex_t net_lock;
-    pthread_mutex_t net_change; /* one network mode change at a time */
-    char disk_missing[192];     /* why not, when !disk_limits */
+    pthread_mutex_t net_change;       /* one network mode change at a time */
+    struct fb_net_entry *net_entries; /* networked sandboxes by slot, guarded by net_lock */
+    size_t n_net_entries, cap_net_entries;
+    struct fb_dns_server dns;
+    char disk_missing[192]; /* why not, when !disk_limits */
     volatile bool stopping;
 };
 

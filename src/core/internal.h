@@ -36,6 +36,24 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row);
 /* After a daemon restart: re-enters the policy of a sandbox whose link
  * survived.  -1 if it has none. */
 int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode);
+/* A networked sandbox as the resolver sees it. */
+struct fb_net_entry {
+    uint32_t slot; /* uid_base >> 16 */
+    char id[FB_ID_MAX];
+    char tenant[64];
+    char mode[FB_NET_MODE_MAX];
+};
+/* The sandbox whose link address is addr; false if none. */
+bool fb_net_lookup(struct fb_core *core, struct in_addr addr, struct fb_net_entry *out);
+
+/* ---- DNS resolver (dns.c) and audit trail (audit.c) ---- */
+int fb_dns_start(struct fb_core *core, fb_error_t *err);
+void fb_dns_stop(struct fb_core *core);
+void fb_audit_add(struct fb_core *core, const char *tenant, const char *sandbox, const char *kind,
+                  const char *name, unsigned qtype, const char *verdict);
+/* {"events": [...]} of tenant, optionally of one sandbox, since since_ms. */
+json_t *fb_audit_list(struct fb_core *core, const char *tenant, const char *sandbox, int64_t since_ms);
+
 /* The network mode stored in a row's spec ("none" when absent). */
 void fb_net_row_mode(const struct fb_sandbox_row *row, char mode[FB_NET_MODE_MAX]);
 

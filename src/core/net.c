@@ -19,6 +19,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../runtime/container.h"
+#include "../runtime/initconn.h"
 #include "../runtime/netlink.h"
 #include "../runtime/nft.h"
 #include "core.h"
@@ -29,7 +30,9 @@
  * disjoint uid pools never pick the same link names or addresses. */
 #define FB_NET_PREFIX 0x0ae00000U
 
-/* Refused packets are rejected (admin-prohibited), not dropped, so a
+/* DNS to the sandbox's gateway goes to forkbox's resolver (FB_DNS_PORT);
+ * DNS to any other server, and DNS over TLS, is refused.
+ * Refused packets are rejected (admin-prohibited), not dropped, so a
  * program inside fails at once instead of waiting for a timeout.
  * Destinations no mode reaches: this host's loopback, private and
  * link-local ranges (cloud metadata lives at 169.254.169.254), shared
@@ -58,6 +61,7 @@ static const char base_rules[] =
     "    meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"
     "    ip daddr @blocked4 counter reject with icmpx type admin-prohibited\n"
     "    meta l4proto != tcp counter reject with icmpx type admin-prohibited\n"
+    "    tcp dport { 53, 853 } counter reject with icmpx type admin-prohibited\n"
     "    iifname vmap @sandboxes\n"
     "    counter reject with icmpx type admin-prohibited\n"
     "  }\n"
@@ -67,13 +71,20 @@ static const char base_rules[] =
     "  chain input {\n"
     "    type filter hook input priority filter; policy accept\n"
     "    iifname \"fbv*\" ct state established,related accept\n"
+    "    iifname \"fbv*\" meta l4proto { tcp, udp } th dport 10053 accept\n"
     "    iifname \"fbv*\" counter reject with icmpx type admin-prohibited\n"
+    "  }\n"
+    "  chain prerouting {\n"
+    "    type nat hook prerouting priority dstnat; policy accept\n"
+    "    iifname \"fbv*\" fib daddr type local meta l4proto { tcp, udp } th dport 53 redirect to :10053\n"
     "  }\n"
     "  chain postrouting {\n"
     "    type nat hook postrouting priority srcnat; policy accept\n"
     "    ip saddr 10.224.0.0/12 oifname != \"fbv*\" masquerade\n"
     "  }\n"
     "}\n";
+
+_Static_assert(FB_DNS_PORT == 10053, "base_rules names the resolver's port");
 
 static int nft_apply(struct fb_core *core, const char *cmds, fb_error_t *err)
 {
@@ -95,8 +106,68 @@ int fb_net_open(struct fb_core *core)
     return 0;
 }
 
+/* The resolver finds a query's sandbox by its link address. */
+static void table_put(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode)
+{
+    struct fb_net_entry e = {.slot = (uint32_t)(row->uid_base / FB_UID_COUNT)};
+    fb_strlcpy(e.id, row->id, sizeof e.id);
+    fb_strlcpy(e.tenant, row->tenant, sizeof e.tenant);
+    fb_strlcpy(e.mode, mode, sizeof e.mode);
+    pthread_mutex_lock(&core->net_lock);
+    size_t i = 0;
+    while (i < core->n_net_entries && core->net_entries[i].slot != e.slot)
+        i++;
+    if (i == core->n_net_entries) {
+        if (core->n_net_entries == core->cap_net_entries) {
+            size_t cap = core->cap_net_entries ? core->cap_net_entries * 2 : 16;
+            struct fb_net_entry *n = realloc(core->net_entries, cap * sizeof *n);
+            if (n == NULL) {
+                pthread_mutex_unlock(&core->net_lock);
+                fb_warn("sandbox %s: no memory for its DNS entry", row->id);
+                return;
+            }
+            core->net_entries = n;
+            core->cap_net_entries = cap;
+        }
+        core->n_net_entries++;
+    }
+    core->net_entries[i] = e;
+    pthread_mutex_unlock(&core->net_lock);
+}
+
+static void table_drop(struct fb_core *core, uint32_t slot)
+{
+    pthread_mutex_lock(&core->net_lock);
+    for (size_t i = 0; i < core->n_net_entries; i++)
+        if (core->net_entries[i].slot == slot) {
+            core->net_entries[i] = core->net_entries[--core->n_net_entries];
+            break;
+        }
+    pthread_mutex_unlock(&core->net_lock);
+}
+
+bool fb_net_lookup(struct fb_core *core, struct in_addr addr, struct fb_net_entry *out)
+{
+    uint32_t a = ntohl(addr.s_addr);
+    if ((a & 0xfff00000U) != FB_NET_PREFIX || (a & 3) != 2)
+        return false;
+    uint32_t slot = (a - FB_NET_PREFIX) / 4;
+    bool found = false;
+    pthread_mutex_lock(&core->net_lock);
+    for (size_t i = 0; i < core->n_net_entries && !found; i++)
+        if (core->net_entries[i].slot == slot) {
+            *out = core->net_entries[i];
+            found = true;
+        }
+    pthread_mutex_unlock(&core->net_lock);
+    return found;
+}
+
 void fb_net_close(struct fb_core *core)
 {
+    free(core->net_entries);
+    core->net_entries = NULL;
+    core->n_net_entries = core->cap_net_entries = 0;
     /* the table stays: sandboxes keep their policy while no daemon runs */
     fb_nft_close(&core->nft);
     core->net_ready = false;
@@ -151,6 +222,25 @@ static void *configure_inside(void *arg)
                 : -1;
     fb_nl_close(&nl);
     return NULL;
+}
+
+/* Points the sandbox's resolv.conf at its gateway, where forkbox's
+ * resolver answers.  Root inside may change it back; queries to any other
+ * server are refused anyway. */
+static int write_resolv_conf(const char *sock_path, struct in_addr gw, fb_error_t *err)
+{
+    char text[64], ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &gw, ip, sizeof ip);
+    int len = snprintf(text, sizeof text, "nameserver %s\n", ip);
+    cleanup_json json_t *req = fb_initconn_path_req("write", "/etc/resolv.conf");
+    if (req == NULL || json_object_set_new(req, "mode", json_integer(0644)) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build request");
+    cleanup_close int fd = fb_initconn_open(sock_path, err);
+    if (fd < 0 || fb_initconn_send(fd, req, err) < 0 ||
+        fb_initconn_send_data(fd, FB_MSG_DATA, text, (size_t)len, err) < 0 ||
+        fb_initconn_send_data(fd, FB_MSG_END, NULL, 0, err) < 0)
+        return -1;
+    return fb_initconn_recv_result(fd, NULL, err);
 }
 
 static int enable_forwarding(fb_error_t *err)
@@ -208,7 +298,12 @@ int fb_net_attach(struct fb_core *core, const struct fb_sandbox_row *row, pid_t 
     }
     char cmd[160];
     snprintf(cmd, sizeof cmd, "add element inet forkbox sandboxes { \"%s\" : goto %s }\n", n.host, mode);
-    rc = nft_apply(core, cmd, err);
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, row, "", &paths, &cc);
+    rc = nft_apply(core, cmd, err) == 0 && write_resolv_conf(paths.sock_path, n.gw, err) == 0 ? 0 : -1;
+    if (rc == 0)
+        table_put(core, row, mode);
 out:
     if (rc < 0)
         fb_nl_link_delete(&nl, n.host, NULL);
@@ -230,6 +325,7 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
     fb_error_t e = NULL;
     if (nft_apply(core, cmd, &e) < 0)
         fb_error_release(&e); /* not there: it never had a network */
+    table_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
     struct fb_nl nl;
     if (fb_nl_open(&nl, NULL) == 0) {
         fb_nl_link_delete(&nl, n.host, NULL);
@@ -251,6 +347,7 @@ int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const
         fb_warn("sandbox %s: restore network policy: %s", row->id, err->msg);
         return -1;
     }
+    table_put(core, row, mode);
     return 0;
 }
 

@@ -22,6 +22,8 @@ static const char usage[] =
     "  --uid-pool-slots N    number of 65536-id ranges [FORKBOX_UID_POOL_SLOTS] (1024)\n"
     "  --max-sandboxes N     per tenant [FORKBOX_MAX_SANDBOXES] (256)\n"
     "  --warm-pool N         default-template sandboxes kept started ahead [FORKBOX_WARM_POOL] (4)\n"
+    "  --dns-upstream IP     resolver that sandboxes' DNS queries are relayed to [FORKBOX_DNS_UPSTREAM]\n"
+    "                        (the first nameserver of /etc/resolv.conf)\n"
     "  --no-default-template do not build the default template on start\n"
     "  --no-host-tuning      leave cgroup2 mount options alone (docs/architecture.md)\n"
     "  --debug               verbose logs [FORKBOX_DEBUG=1]\n";
@@ -96,6 +98,8 @@ static int apply(struct fb_daemon_config *cfg, const char *name, const char *v, 
         return set_u32(&cfg->max_sandboxes, name, v, 1, 100000, err);
     if (strcmp(name, "warm-pool") == 0)
         return set_u32(&cfg->warm_pool, name, v, 0, 256, err);
+    if (strcmp(name, "dns-upstream") == 0)
+        return set_str(cfg->dns_upstream, sizeof cfg->dns_upstream, name, v, err);
     return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "unknown option --%s", name);
 }
 
@@ -112,6 +116,7 @@ static const struct {
     {"FORKBOX_UID_POOL_SLOTS", "uid-pool-slots"},
     {"FORKBOX_MAX_SANDBOXES", "max-sandboxes"},
     {"FORKBOX_WARM_POOL", "warm-pool"},
+    {"FORKBOX_DNS_UPSTREAM", "dns-upstream"},
 };
 
 int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, char **envp, fb_error_t *err)

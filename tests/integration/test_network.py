@@ -1,7 +1,8 @@
 """Sandbox networks, modes "none" and "open", against the lab internet of
 tests/netlab: what may leave a sandbox, what never may, that root inside
-cannot loosen it, and that the mode changes live.  (Mode "allowlist", the
-DNS resolver and the egress proxy are not in this version: 501.)"""
+cannot loosen it, that DNS goes through forkbox's resolver and is audited,
+and that the mode changes live.  (Mode "allowlist" and the egress proxy are
+not in this version: 501.)"""
 import json
 import os
 import subprocess
@@ -85,6 +86,70 @@ def test_open_mode_reaches_the_internet_but_not_the_blocked_set(make, client, la
     assert lab.log("metadata") == []
     assert lab.log("private10") == [] and lab.log("private192") == []
     assert lab.log("dns") == [] and lab.attacker_queries() == []
+
+
+RESOLVE = r'''
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        print(name, sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET, socket.SOCK_STREAM)}))
+    except OSError as e:
+        print(name, "error", e)
+'''
+
+
+def test_open_mode_resolves_through_forkbox_and_is_audited(make, client, lab):
+    """Names resolve through forkbox's resolver (relayed upstream); every query is in the audit trail."""
+    sid = make(network={"mode": "open"})["id"]
+    gw = sh(client, sid, ["cat", "/etc/resolv.conf"]).split()[1]
+    assert gw.startswith("10.2")
+    out = sh(client, sid, ["python3", "-c", RESOLVE, "allowed.test", "nosuch.allowed.test"])
+    assert "allowed.test ['%s']" % lab.http_ip in out, out
+    assert "nosuch.allowed.test error" in out, out
+    # and a connection by name works end to end
+    code = "import urllib.request; print(urllib.request.urlopen('http://allowed.test/x', timeout=5).status)"
+    assert sh(client, sid, ["python3", "-c", code]).strip() == "200"
+    r = client.get("/v1/audit?sandbox=" + sid)
+    assert r.status == 200, r
+    events = r.json()["events"]
+    names = {(e["name"], e["type"], e["verdict"]) for e in events}
+    assert ("allowed.test", "A", "allowed") in names, events
+    assert ("nosuch.allowed.test", "A", "allowed") in names, events
+    assert all(e["sandbox"] == sid and e["kind"] == "dns" and e["time"].endswith("Z") for e in events)
+    # another tenant's view, a filter by time and bad parameters
+    assert client.get("/v1/audit?sandbox=%s&since=4102444800000" % sid).json()["events"] == []
+    assert client.get("/v1/audit?since=yesterday").status == 400
+    assert client.get("/v1/audit?sandbox=../x").status == 400
+
+
+def test_dns_to_any_other_server_is_refused(make, client, lab):
+    """DNS to a server other than forkbox's (UDP or TCP 53, DNS over TLS) never leaves."""
+    sid = make(network={"mode": "open"})["id"]
+    lab.clear_logs()
+    code = r'''
+import socket, struct
+def q(name):
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + labels + b"\x00\x10\x00\x01"
+out = []
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+try:
+    u.sendto(q("direct-udp.evil.test"), (%r, 53)); u.recv(512); out.append("udp answered")
+except OSError as e:
+    out.append("udp refused")
+for port in (53, 853):
+    t = socket.socket(); t.settimeout(3)
+    try:
+        t.connect((%r, port)); m = q("direct-tcp.evil.test"); t.sendall(struct.pack("!H", len(m)) + m); t.recv(2)
+        out.append("tcp%%d answered" %% port)
+    except OSError:
+        out.append("tcp%%d refused" %% port)
+print(" ".join(out))
+''' % (lab.upstream_dns, lab.upstream_dns)
+    out = sh(client, sid, ["python3", "-c", code])
+    assert out.split() == ["udp", "refused", "tcp53", "refused", "tcp853", "refused"], out
+    assert lab.attacker_queries() == []
+    assert not any("direct-" in json.dumps(rec) for rec in lab.log("dns")), lab.log("dns")
 
 
 def test_root_inside_cannot_loosen_the_policy(make, client, lab):

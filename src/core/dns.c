@@ -1,0 +1,302 @@
+/* forkbox's DNS resolver for networked sandboxes.  Sandboxes' queries to
+ * their gateway (port 53, UDP and TCP) are redirected by the host-side
+ * nftables table to this server; queries to any other server never leave
+ * (see net.c).  Each query is tied to its sandbox by source address,
+ * judged by the sandbox's mode, logged to the audit trail, and either
+ * relayed to the upstream resolver or answered here.  The answer is the
+ * upstream's, relayed byte for byte. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../common/cleanup.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "core.h"
+#include "dnsmsg.h"
+#include "internal.h"
+
+#define DNS_MAX_INFLIGHT 64 /* queries being relayed at once, over all sandboxes */
+#define DNS_UPSTREAM_TIMEOUT_MS 3000
+#define DNS_TCP_IDLE_MS 5000
+#define DNS_TCP_QUERIES 32 /* per connection */
+
+static atomic_int inflight;
+
+/* The first IPv4 nameserver of the host's resolv.conf, as a default
+ * upstream. */
+static int host_nameserver(struct in_addr *out)
+{
+    cleanup_fclose FILE *f = fopen("/etc/resolv.conf", "re");
+    if (f == NULL)
+        return -1;
+    char line[256], addr[64];
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, " nameserver %63s", addr) == 1 && inet_pton(AF_INET, addr, out) == 1)
+            return 0;
+    return -1;
+}
+
+static int bind_server(int type, fb_error_t *err)
+{
+    cleanup_close int fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return fb_error_sys(err, "dns socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(FB_DNS_PORT)};
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+        return fb_error_sys(err, "bind the DNS resolver to port %d", FB_DNS_PORT);
+    if (type == SOCK_STREAM && listen(fd, 64) < 0)
+        return fb_error_sys(err, "listen on port %d", FB_DNS_PORT);
+    return fb_steal_fd(&fd);
+}
+
+/* Decides and logs; true when the query may go upstream. */
+static bool judge(struct fb_core *core, const struct fb_net_entry *e, const struct fb_dns_question *q)
+{
+    bool allowed = strcmp(e->mode, "open") == 0;
+    fb_audit_add(core, e->tenant, e->id, "dns", q->name, q->qtype, allowed ? "allowed" : "denied");
+    return allowed;
+}
+
+/* Sends msg to the upstream over a fresh socket and waits for the answer. */
+static ssize_t relay(const struct sockaddr_in *up, int type, const unsigned char *msg, size_t len,
+                     const struct fb_dns_question *q, unsigned char *resp, size_t cap)
+{
+    cleanup_close int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (const struct sockaddr *)up, sizeof *up) < 0)
+        return -1;
+    struct timeval tv = {.tv_sec = DNS_UPSTREAM_TIMEOUT_MS / 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (type == SOCK_DGRAM) {
+        if (send(fd, msg, len, 0) != (ssize_t)len)
+            return -1;
+        for (;;) { /* a stray datagram with another id is skipped */
+            ssize_t n = recv(fd, resp, cap, 0);
+            if (n < 0)
+                return -1;
+            if (fb_dns_answers(resp, (size_t)n, q))
+                return n;
+        }
+    }
+    unsigned char hdr[2] = {(unsigned char)(len >> 8), (unsigned char)len};
+    if (fb_write_all(fd, hdr, 2) < 0 || fb_write_all(fd, msg, len) < 0)
+        return -1;
+    if (recv(fd, hdr, 2, MSG_WAITALL) != 2)
+        return -1;
+    size_t rlen = (size_t)hdr[0] << 8 | hdr[1];
+    if (rlen > cap || recv(fd, resp, rlen, MSG_WAITALL) != (ssize_t)rlen || !fb_dns_answers(resp, rlen, q))
+        return -1;
+    return (ssize_t)rlen;
+}
+
+/* Answers one query: the upstream's answer, or a refusal made here. */
+static ssize_t answer(struct fb_core *core, const struct fb_net_entry *e, int type, const unsigned char *msg,
+                      size_t len, unsigned char *resp, size_t cap)
+{
+    struct fb_dns_question q;
+    if (fb_dns_parse_query(msg, len, &q) < 0)
+        return -1; /* not a query we answer: dropped */
+    if (!judge(core, e, &q))
+        return (ssize_t)fb_dns_refusal(msg, &q, FB_DNS_RCODE_NXDOMAIN, resp, cap);
+    ssize_t n = relay(&core->dns.upstream, type, msg, len, &q, resp, cap);
+    if (n < 0)
+        return (ssize_t)fb_dns_refusal(msg, &q, FB_DNS_RCODE_SERVFAIL, resp, cap);
+    return n;
+}
+
+struct udp_job {
+    struct fb_core *core;
+    struct fb_net_entry entry;
+    struct sockaddr_in from;
+    size_t len;
+    unsigned char msg[FB_DNS_MSG_MAX];
+};
+
+static void *udp_worker(void *arg)
+{
+    cleanup_free struct udp_job *j = arg;
+    unsigned char resp[FB_DNS_MSG_MAX];
+    ssize_t n = answer(j->core, &j->entry, SOCK_DGRAM, j->msg, j->len, resp, sizeof resp);
+    if (n > 0)
+        sendto(j->core->dns.udp, resp, (size_t)n, 0, (struct sockaddr *)&j->from, sizeof j->from);
+    atomic_fetch_sub(&inflight, 1);
+    return NULL;
+}
+
+struct tcp_job {
+    struct fb_core *core;
+    struct fb_net_entry entry;
+    int fd;
+};
+
+static void *tcp_worker(void *arg)
+{
+    cleanup_free struct tcp_job *j = arg;
+    cleanup_close int fd = j->fd;
+    struct timeval tv = {.tv_sec = DNS_TCP_IDLE_MS / 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    unsigned char msg[FB_DNS_MSG_MAX], resp[FB_DNS_MSG_MAX];
+    for (int i = 0; i < DNS_TCP_QUERIES; i++) {
+        unsigned char hdr[2];
+        if (recv(fd, hdr, 2, MSG_WAITALL) != 2)
+            break;
+        size_t len = (size_t)hdr[0] << 8 | hdr[1];
+        if (len > sizeof msg || recv(fd, msg, len, MSG_WAITALL) != (ssize_t)len)
+            break;
+        ssize_t n = answer(j->core, &j->entry, SOCK_STREAM, msg, len, resp, sizeof resp);
+        if (n <= 0)
+            break;
+        unsigned char out[2] = {(unsigned char)((size_t)n >> 8), (unsigned char)n};
+        if (fb_write_all(fd, out, 2) < 0 || fb_write_all(fd, resp, (size_t)n) < 0)
+            break;
+    }
+    atomic_fetch_sub(&inflight, 1);
+    return NULL;
+}
+
+static bool start_detached(void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    bool ok = pthread_create(&t, &attr, fn, arg) == 0;
+    pthread_attr_destroy(&attr);
+    return ok;
+}
+
+/* Room for one more query, or false when too many are in flight. */
+static bool take_slot(void)
+{
+    if (atomic_fetch_add(&inflight, 1) >= DNS_MAX_INFLIGHT) {
+        atomic_fetch_sub(&inflight, 1);
+        return false;
+    }
+    return true;
+}
+
+static void on_udp(struct fb_core *core)
+{
+    struct udp_job *j = malloc(sizeof *j);
+    if (j == NULL)
+        return;
+    socklen_t sl = sizeof j->from;
+    ssize_t n = recvfrom(core->dns.udp, j->msg, sizeof j->msg, 0, (struct sockaddr *)&j->from, &sl);
+    if (n <= 0 || !fb_net_lookup(core, j->from.sin_addr, &j->entry) || !take_slot()) {
+        free(j); /* not from a sandbox, or too busy: dropped, the client retries */
+        return;
+    }
+    j->core = core;
+    j->len = (size_t)n;
+    if (!start_detached(udp_worker, j)) {
+        atomic_fetch_sub(&inflight, 1);
+        free(j);
+    }
+}
+
+static void on_tcp(struct fb_core *core)
+{
+    struct sockaddr_in from;
+    socklen_t sl = sizeof from;
+    cleanup_close int fd = accept4(core->dns.tcp, (struct sockaddr *)&from, &sl, SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct tcp_job *j = calloc(1, sizeof *j);
+    if (j == NULL || !fb_net_lookup(core, from.sin_addr, &j->entry) || !take_slot()) {
+        free(j);
+        return;
+    }
+    j->core = core;
+    j->fd = fd;
+    if (!start_detached(tcp_worker, j)) {
+        atomic_fetch_sub(&inflight, 1);
+        free(j);
+        return;
+    }
+    fd = -1; /* the worker's now */
+}
+
+static void *dns_main(void *arg)
+{
+    struct fb_core *core = arg;
+    while (!core->stopping) {
+        struct pollfd p[3] = {
+            {core->dns.udp, POLLIN, 0}, {core->dns.tcp, POLLIN, 0}, {core->dns.wake[0], POLLIN, 0}};
+        if (poll(p, 3, -1) < 0 && errno != EINTR)
+            break;
+        if (p[2].revents)
+            break;
+        if (p[0].revents & POLLIN)
+            on_udp(core);
+        if (p[1].revents & POLLIN)
+            on_tcp(core);
+    }
+    return NULL;
+}
+
+int fb_dns_start(struct fb_core *core, fb_error_t *err)
+{
+    struct fb_dns_server *d = &core->dns;
+    d->udp = d->tcp = d->wake[0] = d->wake[1] = -1;
+    d->upstream.sin_family = AF_INET;
+    d->upstream.sin_port = htons(53);
+    if (core->cfg.dns_upstream[0] != '\0') {
+        if (inet_pton(AF_INET, core->cfg.dns_upstream, &d->upstream.sin_addr) != 1)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "--dns-upstream: not an IPv4 address: %s",
+                                core->cfg.dns_upstream);
+    } else if (host_nameserver(&d->upstream.sin_addr) < 0) {
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, 0,
+                            "no IPv4 nameserver in /etc/resolv.conf (set --dns-upstream)");
+    }
+    d->udp = bind_server(SOCK_DGRAM, err);
+    if (d->udp < 0)
+        return -1;
+    d->tcp = bind_server(SOCK_STREAM, err);
+    if (d->tcp < 0 || pipe2(d->wake, O_CLOEXEC) < 0) {
+        if (d->tcp >= 0)
+            fb_error_sys(err, "pipe");
+        fb_dns_stop(core);
+        return -1;
+    }
+    if (pthread_create(&d->thread, NULL, dns_main, core) != 0) {
+        fb_dns_stop(core);
+        return fb_error_set(err, FB_ERR_INTERNAL, EAGAIN, "start the DNS resolver");
+    }
+    d->started = true;
+    char up[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &d->upstream.sin_addr, up, sizeof up);
+    fb_info("DNS resolver for sandboxes on port %d, upstream %s", FB_DNS_PORT, up);
+    return 0;
+}
+
+void fb_dns_stop(struct fb_core *core)
+{
+    struct fb_dns_server *d = &core->dns;
+    if (d->started) {
+        (void)!write(d->wake[1], "x", 1);
+        pthread_join(d->thread, NULL);
+        d->started = false;
+    }
+    /* UDP workers answer through d->udp: let them finish first (each is
+     * bounded by the upstream timeout) */
+    for (int i = 0; i < 100 && atomic_load(&inflight) > 0; i++)
+        usleep(50000);
+    int *fds[] = {&d->udp, &d->tcp, &d->wake[0], &d->wake[1]};
+    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
+        if (*fds[i] >= 0)
+            close(*fds[i]);
+        *fds[i] = -1;
+    }
+}
