@@ -67,6 +67,7 @@ struct fb_core {
     bool favordynmods;       /* host tuning in effect */
     bool disk_limits;        /* each writable layer is a filesystem of its own size */
     bool net_ready;          /* the host-side nftables table is in place */
+    char net_table[32];      /* its name, forkbox_<first uid slot> */
     char net_missing[320];   /* why sandbox networks are unavailable */
     struct fb_nft nft;       /* guarded by net_lock: libnftables contexts are not thread-safe */
     pthread_mutex_t net_lock;

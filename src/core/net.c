@@ -37,52 +37,58 @@
  * Destinations no mode reaches: this host's loopback, private and
  * link-local ranges (cloud metadata lives at 169.254.169.254), shared
  * address space, multicast, broadcast and reserved space.  Traffic to the
- * host itself never gets here: the input chain drops it. */
-static const char base_rules[] =
-    "table inet forkbox\n"
-    "delete table inet forkbox\n"
-    "table inet forkbox {\n"
-    "  set blocked4 {\n"
-    "    type ipv4_addr; flags interval\n"
-    "    elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12,\n"
-    "                 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/3 }\n"
-    "  }\n"
-    "  map sandboxes {\n"
-    "    type ifname : verdict\n"
-    "  }\n"
-    "  chain forward {\n"
-    "    type filter hook forward priority filter; policy accept\n"
-    "    iifname \"fbv*\" jump egress\n"
-    "    oifname \"fbv*\" ct state established,related accept\n"
-    "    oifname \"fbv*\" counter drop\n"
-    "  }\n"
-    "  chain egress {\n"
-    "    ct state established,related accept\n"
-    "    meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"
-    "    ip daddr @blocked4 counter reject with icmpx type admin-prohibited\n"
-    "    meta l4proto != tcp counter reject with icmpx type admin-prohibited\n"
-    "    tcp dport { 53, 853 } counter reject with icmpx type admin-prohibited\n"
-    "    iifname vmap @sandboxes\n"
-    "    counter reject with icmpx type admin-prohibited\n"
-    "  }\n"
-    "  chain open {\n"
-    "    accept\n"
-    "  }\n"
-    "  chain input {\n"
-    "    type filter hook input priority filter; policy accept\n"
-    "    iifname \"fbv*\" ct state established,related accept\n"
-    "    iifname \"fbv*\" meta l4proto { tcp, udp } th dport 10053 accept\n"
-    "    iifname \"fbv*\" counter reject with icmpx type admin-prohibited\n"
-    "  }\n"
-    "  chain prerouting {\n"
-    "    type nat hook prerouting priority dstnat; policy accept\n"
-    "    iifname \"fbv*\" fib daddr type local meta l4proto { tcp, udp } th dport 53 redirect to :10053\n"
-    "  }\n"
-    "  chain postrouting {\n"
-    "    type nat hook postrouting priority srcnat; policy accept\n"
-    "    ip saddr 10.224.0.0/12 oifname != \"fbv*\" masquerade\n"
-    "  }\n"
-    "}\n";
+ * host itself never gets here: the input chain drops it.
+ * Each daemon has a table of its own, forkbox_<first slot>, whose rules
+ * match only its own sandboxes' addresses (its uid pool's slots), so
+ * daemons with disjoint uid pools do not judge each other's sandboxes.
+ * IPv6 from any sandbox link is refused by every such table alike. */
+#define BASE_RULES_FMT                                                                                       \
+    "table inet %s\n"                                                                                        \
+    "delete table inet %s\n"                                                                                 \
+    "table inet %s {\n"                                                                                      \
+    "  set blocked4 {\n"                                                                                     \
+    "    type ipv4_addr; flags interval\n"                                                                   \
+    "    elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12,\n"   \
+    "                 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/3 }\n"                                         \
+    "  }\n"                                                                                                  \
+    "  map sandboxes {\n"                                                                                    \
+    "    type ifname : verdict\n"                                                                            \
+    "  }\n"                                                                                                  \
+    "  chain forward {\n"                                                                                    \
+    "    type filter hook forward priority filter; policy accept\n"                                          \
+    "    iifname \"fbv*\" meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"               \
+    "    iifname \"fbv*\" ip saddr %s jump egress\n"                                                         \
+    "    oifname \"fbv*\" ip daddr %s ct state established,related accept\n"                                 \
+    "    oifname \"fbv*\" ip daddr %s counter drop\n"                                                        \
+    "  }\n"                                                                                                  \
+    "  chain egress {\n"                                                                                     \
+    "    ct state established,related accept\n"                                                              \
+    "    ip daddr @blocked4 counter reject with icmpx type admin-prohibited\n"                               \
+    "    meta l4proto != tcp counter reject with icmpx type admin-prohibited\n"                              \
+    "    tcp dport { 53, 853 } counter reject with icmpx type admin-prohibited\n"                            \
+    "    iifname vmap @sandboxes\n"                                                                          \
+    "    counter reject with icmpx type admin-prohibited\n"                                                  \
+    "  }\n"                                                                                                  \
+    "  chain open {\n"                                                                                       \
+    "    accept\n"                                                                                           \
+    "  }\n"                                                                                                  \
+    "  chain input {\n"                                                                                      \
+    "    type filter hook input priority filter; policy accept\n"                                            \
+    "    iifname \"fbv*\" meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"               \
+    "    iifname \"fbv*\" ip saddr %s ct state established,related accept\n"                                 \
+    "    iifname \"fbv*\" ip saddr %s meta l4proto { tcp, udp } th dport 10053 accept\n"                     \
+    "    iifname \"fbv*\" ip saddr %s counter reject with icmpx type admin-prohibited\n"                     \
+    "  }\n"                                                                                                  \
+    "  chain prerouting {\n"                                                                                 \
+    "    type nat hook prerouting priority dstnat; policy accept\n"                                          \
+    "    iifname \"fbv*\" ip saddr %s fib daddr type local meta l4proto { tcp, udp } th dport 53 redirect "  \
+    "to :10053\n"                                                                                            \
+    "  }\n"                                                                                                  \
+    "  chain postrouting {\n"                                                                                \
+    "    type nat hook postrouting priority srcnat; policy accept\n"                                         \
+    "    ip saddr %s oifname != \"fbv*\" masquerade\n"                                                       \
+    "  }\n"                                                                                                  \
+    "}\n"
 
 _Static_assert(FB_DNS_PORT == 10053, "base_rules names the resolver's port");
 
@@ -97,7 +103,19 @@ static int nft_apply(struct fb_core *core, const char *cmds, fb_error_t *err)
 int fb_net_open(struct fb_core *core)
 {
     cleanup_error fb_error_t err = NULL;
-    if (fb_nft_open(&core->nft, &err) < 0 || fb_nft_run(&core->nft, base_rules, &err) < 0) {
+    uint32_t first = core->cfg.uid_pool_start / FB_UID_COUNT;
+    snprintf(core->net_table, sizeof core->net_table, "forkbox_%u", first);
+    struct in_addr lo = {htonl(FB_NET_PREFIX + first * 4)};
+    struct in_addr hi = {htonl(FB_NET_PREFIX + (first + core->cfg.uid_pool_slots) * 4 - 1)};
+    char lo_s[INET_ADDRSTRLEN], hi_s[INET_ADDRSTRLEN], range[2 * INET_ADDRSTRLEN + 2];
+    inet_ntop(AF_INET, &lo, lo_s, sizeof lo_s);
+    inet_ntop(AF_INET, &hi, hi_s, sizeof hi_s);
+    snprintf(range, sizeof range, "%s-%s", lo_s, hi_s);
+    const char *t = core->net_table;
+    char rules[sizeof BASE_RULES_FMT + 12 * sizeof range];
+    snprintf(rules, sizeof rules, BASE_RULES_FMT, t, t, t, range, range, range, range, range, range, range,
+             range);
+    if (fb_nft_open(&core->nft, &err) < 0 || fb_nft_run(&core->nft, rules, &err) < 0) {
         snprintf(core->net_missing, sizeof core->net_missing, "sandbox networks unavailable: %s", err->msg);
         fb_warn("%s", core->net_missing);
         return -1;
@@ -297,7 +315,8 @@ int fb_net_attach(struct fb_core *core, const struct fb_sandbox_row *row, pid_t 
         goto out;
     }
     char cmd[160];
-    snprintf(cmd, sizeof cmd, "add element inet forkbox sandboxes { \"%s\" : goto %s }\n", n.host, mode);
+    snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table, n.host,
+             mode);
     struct fb_core_paths paths;
     struct fb_container_config cc;
     fb_core_container_config(core, row, "", &paths, &cc);
@@ -320,8 +339,8 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
     struct net_names n;
     if (net_names(core, row, &n, NULL) < 0)
         return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "delete element inet forkbox sandboxes { \"%s\" }\n", n.host);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "delete element inet %s sandboxes { \"%s\" }\n", core->net_table, n.host);
     fb_error_t e = NULL;
     if (nft_apply(core, cmd, &e) < 0)
         fb_error_release(&e); /* not there: it never had a network */
@@ -342,7 +361,8 @@ int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const
     if (net_names(core, row, &n, &err) < 0 || if_nametoindex(n.host) == 0)
         return -1;
     char cmd[160];
-    snprintf(cmd, sizeof cmd, "add element inet forkbox sandboxes { \"%s\" : goto %s }\n", n.host, mode);
+    snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table, n.host,
+             mode);
     if (nft_apply(core, cmd, &err) < 0) {
         fb_warn("sandbox %s: restore network policy: %s", row->id, err->msg);
         return -1;

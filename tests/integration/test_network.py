@@ -225,8 +225,12 @@ def test_bad_network_changes_are_refused(make, client):
                       headers={"Content-Type": "application/json"}).status == 404
 
 
+# the test daemon's table: forkbox_<first uid slot> (--uid-pool-start 100000000)
+NFT_TABLE = "forkbox_%d" % (100000000 // 65536)
+
+
 def nft_map():
-    return subprocess.run(["nft", "list", "map", "inet", "forkbox", "sandboxes"], capture_output=True,
+    return subprocess.run(["nft", "list", "map", "inet", NFT_TABLE, "sandboxes"], capture_output=True,
                           text=True).stdout
 
 
