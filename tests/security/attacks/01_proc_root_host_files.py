@@ -2,25 +2,7 @@
 import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
-
-
-def host_only_paths():
-    """Paths that exist on the host but never inside a sandbox."""
-    out = []
-    if os.environ.get("FB_HOST_MARKER"):
-        out.append(os.environ["FB_HOST_MARKER"])
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                for opt in line.replace(" ", ",").split(","):
-                    if opt.startswith(("upperdir=", "lowerdir=", "workdir=")):
-                        out.append(opt.split("=", 1)[1].split(":")[0])
-    except OSError:
-        pass
-    if os.environ.get("FB_STATE_DIR"):
-        out.append(os.path.join(os.environ["FB_STATE_DIR"], "api-key"))
-    return [p for p in dict.fromkeys(out) if p.startswith("/")]
+from _attack import ESCAPES, NOTES, en, finish, host_only_paths, libc, sysc  # noqa: F401
 
 
 def probe(prefix, paths, secret, stats):

@@ -2,46 +2,7 @@
 import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
-
-
-def host_only_paths():
-    out = []
-    if os.environ.get("FB_HOST_MARKER"):
-        out.append(os.environ["FB_HOST_MARKER"])
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                for opt in line.replace(" ", ",").split(","):
-                    if opt.startswith(("upperdir=", "lowerdir=", "workdir=")):
-                        out.append(opt.split("=", 1)[1].split(":")[0])
-    except OSError:
-        pass
-    return [p for p in dict.fromkeys(out) if p.startswith("/")]
-
-
-def in_child(fn):
-    """Runs fn() in a forked child; returns the text it returned."""
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = fn() or ""
-        except BaseException as e:
-            out = "NOTE child exception: %r" % (e,)
-        os.write(wr, out.encode("utf-8", "replace")[:65000])
-        os._exit(0)
-    os.close(wr)
-    chunks = []
-    while True:
-        d = os.read(rd, 65536)
-        if not d:
-            break
-        chunks.append(d)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
+from _attack import ESCAPES, NOTES, en, finish, host_only_paths, in_child, libc, sysc  # noqa: F401
 
 
 def attempt():

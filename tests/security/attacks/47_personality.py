@@ -2,7 +2,7 @@
 import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, in_child, libc, sysc  # noqa: F401
 
 SYS_personality = 135
 PER_LINUX, PER_LINUX32, UNAME26 = 0, 0x0008, 0x0020000
@@ -10,29 +10,6 @@ ADDR_NO_RANDOMIZE, MMAP_PAGE_ZERO, ADDR_COMPAT_LAYOUT, READ_IMPLIES_EXEC = 0x004
 ADDR_LIMIT_32BIT, SHORT_INODE, WHOLE_SECONDS, STICKY_TIMEOUTS = 0x0800000, 0x1000000, 0x2000000, 0x4000000
 ADDR_LIMIT_3GB = 0x8000000
 PER_SVR4, PER_BSD, PER_SUNOS, PER_OSF4, PER_HPUX = 0x04100001, 0x0006, 0x0400006, 0x000f, 0x0010
-
-
-def in_child(fn):
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = fn() or ""
-        except BaseException as e:
-            out = "exception %r" % (e,)
-        os.write(wr, out.encode()[:65000])
-        os._exit(0)
-    os.close(wr)
-    chunks = []
-    while True:
-        d = os.read(rd, 65536)
-        if not d:
-            break
-        chunks.append(d)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
 
 
 def attempt(value):

@@ -2,32 +2,9 @@
 import ctypes
 import os
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, in_child, libc, sysc  # noqa: F401
 
 SYS_setresuid, SYS_setresgid, SYS_setgroups = 117, 119, 116
-
-
-def in_child(fn):
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = fn() or ""
-        except BaseException as e:
-            out = "exception %r" % (e,)
-        os.write(wr, out.encode()[:65000])
-        os._exit(0)
-    os.close(wr)
-    chunks = []
-    while True:
-        d = os.read(rd, 65536)
-        if not d:
-            break
-        chunks.append(d)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
 
 
 def main():

@@ -3,6 +3,7 @@ contract (exit 0 with BLOCKED, 1 with ESCAPED and the evidence, 2 when the
 script could not reach a verdict).  Uploaded beside each script."""
 import ctypes
 import errno
+import os
 import sys
 import traceback
 
@@ -44,3 +45,45 @@ def finish(main):
         sys.exit(1)
     print("BLOCKED: " + "; ".join(NOTES))
     sys.exit(0)
+
+
+def in_child(fn):
+    """Runs fn() in a forked child (so a chroot, setns or privilege change
+    does not stick to the script); returns the text fn returned."""
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rd)
+        try:
+            out = fn() or ""
+        except BaseException as e:
+            out = "NOTE child exception: %r" % (e,)
+        os.write(wr, out.encode("utf-8", "replace")[:65000])
+        os._exit(0)
+    os.close(wr)
+    chunks = []
+    while True:
+        d = os.read(rd, 65536)
+        if not d:
+            break
+        chunks.append(d)
+    os.close(rd)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def host_only_paths():
+    """Host paths a sandbox should never reach: the runner's marker and the
+    overlay's own host directories (visible, not reachable, in mountinfo)."""
+    out = []
+    if os.environ.get("FB_HOST_MARKER"):
+        out.append(os.environ["FB_HOST_MARKER"])
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                for opt in line.replace(" ", ",").split(","):
+                    if opt.startswith(("upperdir=", "lowerdir=", "workdir=")):
+                        out.append(opt.split("=", 1)[1].split(":")[0])
+    except OSError:
+        pass
+    return [p for p in dict.fromkeys(out) if p.startswith("/")]
