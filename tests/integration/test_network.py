@@ -248,3 +248,46 @@ def test_delete_removes_the_link_and_policy(client, lab):
         time.sleep(0.05)
     assert not os.path.exists("/sys/class/net/" + link)
     assert '"%s"' % link not in nft_map()
+
+
+def test_ipv6_to_the_host_is_refused(client, lab):
+    """A host service on [::] is not reachable from a sandbox over IPv6 link-local."""
+    import socket
+    import threading
+    before = set(os.listdir("/sys/class/net"))
+    sb = client.create(network={"mode": "open"})
+    try:
+        link = [l for l in set(os.listdir("/sys/class/net")) - before if l.startswith("fbv")][0]
+        out = subprocess.run(["ip", "-6", "-o", "addr", "show", "dev", link, "scope", "link"], capture_output=True,
+                             text=True).stdout
+        if "fe80" not in out:
+            pytest.skip("no IPv6 link-local address on the sandbox link")
+        host_ll = out.split()[3].split("/")[0]
+        srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("::", 0))
+        srv.listen(4)
+        srv.settimeout(0.2)
+        port = srv.getsockname()[1]
+        hits = []
+        stop = threading.Event()
+
+        def accept():
+            while not stop.is_set():
+                try:
+                    hits.append(srv.accept())
+                except OSError:
+                    pass
+        t = threading.Thread(target=accept)
+        t.start()
+        code = ("import socket\ns = socket.socket(socket.AF_INET6); s.settimeout(3)\n"
+                "try:\n    s.connect(('%s%%eth0', %d)); print('connected')\n"
+                "except OSError as e:\n    print('refused', e)\n" % (host_ll, port))
+        out = sh(client, sb["id"], ["python3", "-c", code])
+        stop.set()
+        t.join()
+        srv.close()
+        assert out.startswith("refused"), out
+        assert hits == []
+    finally:
+        client.delete("/v1/sandboxes/" + sb["id"])
