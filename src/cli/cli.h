@@ -89,6 +89,7 @@ int fb_cmd_ls(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_get(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_rm(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_ttl(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_network(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_info(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_version(struct fb_cli *cli, int argc, char **argv);
 
@@ -106,7 +107,9 @@ extern const struct option fb_create_longopts[];
     "      --workdir P       working directory (default /root)\n"                                            \
     "      --cpus N          CPU limit, e.g. 0.5\n"                                                          \
     "      --memory MB       memory limit in MiB\n"                                                          \
-    "      --pids N          process limit\n"
+    "      --pids N          process limit\n"                                                                \
+    "      --disk MB         size of the sandbox's own disk in MiB (default 2048)\n"                         \
+    "      --network MODE    none (default: loopback only) or open (see docs/network.md)\n"
 
 /* "/v1/sandboxes/<id><suffix>" with id escaped; caller frees, NULL when out
  * of memory.  suffix may be "" or start with "/" or "?". */

@@ -22,6 +22,8 @@ enum {
     OPT_CPUS,
     OPT_MEMORY,
     OPT_PIDS,
+    OPT_DISK,
+    OPT_NETWORK,
     OPT_STATE,
 };
 
@@ -34,6 +36,8 @@ const struct option fb_create_longopts[] = {
     {"cpus", required_argument, NULL, OPT_CPUS},
     {"memory", required_argument, NULL, OPT_MEMORY},
     {"pids", required_argument, NULL, OPT_PIDS},
+    {"disk", required_argument, NULL, OPT_DISK},
+    {"network", required_argument, NULL, OPT_NETWORK},
     {NULL, 0, NULL, 0},
 };
 
@@ -92,10 +96,21 @@ int fb_create_option(const struct fb_command *cmd, int c, const char *arg, json_
         return 1;
     case OPT_MEMORY:
     case OPT_PIDS:
+    case OPT_DISK: {
+        const char *flag = c == OPT_MEMORY ? "--memory" : c == OPT_PIDS ? "--pids" : "--disk";
         if (fb_parse_i64(arg, 0, INT64_MAX, &n) < 0 || (res = sub_object(body, "resources")) == NULL)
-            return fb_usage_error(cmd, "%s: '%s' is not a number", c == OPT_MEMORY ? "--memory" : "--pids",
-                                  arg);
-        json_object_set_new(res, c == OPT_MEMORY ? "memory_mb" : "pids", json_integer(n));
+            return fb_usage_error(cmd, "%s: '%s' is not a number", flag, arg);
+        json_object_set_new(res,
+                            c == OPT_MEMORY ? "memory_mb"
+                            : c == OPT_PIDS ? "pids"
+                                            : "disk_mb",
+                            json_integer(n));
+        return 1;
+    }
+    case OPT_NETWORK:
+        /* the daemon judges the mode; the CLI only carries it */
+        if (json_object_set_new(body, "network", json_pack("{s:s}", "mode", arg)) < 0)
+            return fb_usage_error(cmd, "--network: not valid UTF-8");
         return 1;
     default:
         return 0;
@@ -380,6 +395,42 @@ int fb_cmd_rm(struct fb_cli *cli, int argc, char **argv)
             fb_print_json(out);
     }
     return rc;
+}
+
+static const struct fb_command network_cmd = {
+    .name = "network",
+    .usage = "Usage: forkbox network ID MODE\n"
+             "Changes a running sandbox's network mode live (none, open); its processes keep running.\n",
+};
+
+int fb_cmd_network(struct fb_cli *cli, int argc, char **argv)
+{
+    struct fb_args a;
+    fb_args_init(&a, cli, &network_cmd, argc, argv);
+    int c;
+    while ((c = fb_args_next(&a)) != -1)
+        if (c == FB_ARGS_EXIT)
+            return a.exit_code;
+    if (argc - optind != 2)
+        return fb_usage_error(&network_cmd, "expected a sandbox id and a mode");
+    const char *id = argv[optind];
+    if (!fb_valid_name(id))
+        return fb_usage_error(&network_cmd, "invalid sandbox id '%s'", id);
+    cleanup_error fb_error_t err = NULL;
+    struct fb_client *client;
+    cleanup_free char *path = fb_sandbox_path(id, "/network");
+    cleanup_json json_t *body = json_pack("{s:s}", "mode", argv[optind + 1]);
+    cleanup_json json_t *sbx = NULL;
+    if (path == NULL || body == NULL)
+        return fb_usage_error(&network_cmd, "mode: not valid UTF-8");
+    if (fb_cli_client(cli, &client, &err) < 0 || fb_client_json(client, "PUT", path, body, &sbx, &err) < 0)
+        return fb_fail(&err);
+    if (cli->json)
+        fb_print_json(sbx);
+    else
+        printf("%s: network %s\n", id,
+               json_string_value(json_object_get(json_object_get(sbx, "network"), "mode")));
+    return FB_EXIT_OK;
 }
 
 static const struct fb_command ttl_cmd = {

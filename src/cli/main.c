@@ -39,6 +39,7 @@ static const char main_usage[] =
     "  get, inspect  show one sandbox\n"
     "  rm            delete sandboxes\n"
     "  ttl           set a sandbox's time to live\n"
+    "  network       change a running sandbox's network mode (none, open)\n"
     "  exec          run a command in a sandbox, streaming its output\n"
     "  run           create a sandbox, run one command in it, delete it\n"
     "Files:\n"
@@ -210,6 +211,7 @@ static const struct {
     {"rm", fb_cmd_rm},
     {"delete", fb_cmd_rm},
     {"ttl", fb_cmd_ttl},
+    {"network", fb_cmd_network},
     {"exec", fb_cmd_exec},
     {"run", fb_cmd_run},
     {"cp", fb_cmd_cp},

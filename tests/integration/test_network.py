@@ -291,3 +291,22 @@ def test_ipv6_to_the_host_is_refused(client, lab):
         assert hits == []
     finally:
         client.delete("/v1/sandboxes/" + sb["id"])
+
+
+def test_cli_network_flags(daemon, cli_env, client):
+    """forkbox create --network/--disk and forkbox network ID MODE."""
+    from conftest import CLI
+    r = subprocess.run([CLI, "create", "--network", "open", "--disk", "64"], env=cli_env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.strip()
+    try:
+        sb = client.get("/v1/sandboxes/" + sid).json()
+        assert sb["network"]["mode"] == "open" and sb["resources"]["disk_mb"] == 64
+        r = subprocess.run([CLI, "network", sid, "none"], env=cli_env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "%s: network none" % sid, (r.stdout, r.stderr)
+        r = subprocess.run([CLI, "network", sid, "sideways"], env=cli_env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and "network.mode" in r.stderr, (r.stdout, r.stderr)
+    finally:
+        client.delete("/v1/sandboxes/" + sid)
