@@ -109,7 +109,9 @@ extern const struct option fb_create_longopts[];
     "      --memory MB       memory limit in MiB\n"                                                          \
     "      --pids N          process limit\n"                                                                \
     "      --disk MB         size of the sandbox's own disk in MiB (default 2048)\n"                         \
-    "      --network MODE    none (default: loopback only) or open (see docs/network.md)\n"
+    "      --network MODE    none (default: loopback only), open or allowlist (see docs/network.md)\n"       \
+    "      --allow ENTRY     allowlist entry, e.g. pypi.org, *.github.com, 203.0.113.0/24:443\n"             \
+    "                        (repeatable; implies --network allowlist)\n"
 
 /* "/v1/sandboxes/<id><suffix>" with id escaped; caller frees, NULL when out
  * of memory.  suffix may be "" or start with "/" or "?". */

@@ -24,21 +24,17 @@ enum {
     OPT_PIDS,
     OPT_DISK,
     OPT_NETWORK,
+    OPT_ALLOW,
     OPT_STATE,
 };
 
 const struct option fb_create_longopts[] = {
-    {"template", required_argument, NULL, 't'},
-    {"ttl", required_argument, NULL, OPT_TTL},
-    {"label", required_argument, NULL, OPT_LABEL},
-    {"env", required_argument, NULL, OPT_ENV},
-    {"workdir", required_argument, NULL, OPT_WORKDIR},
-    {"cpus", required_argument, NULL, OPT_CPUS},
-    {"memory", required_argument, NULL, OPT_MEMORY},
-    {"pids", required_argument, NULL, OPT_PIDS},
-    {"disk", required_argument, NULL, OPT_DISK},
-    {"network", required_argument, NULL, OPT_NETWORK},
-    {NULL, 0, NULL, 0},
+    {"template", required_argument, NULL, 't'},        {"ttl", required_argument, NULL, OPT_TTL},
+    {"label", required_argument, NULL, OPT_LABEL},     {"env", required_argument, NULL, OPT_ENV},
+    {"workdir", required_argument, NULL, OPT_WORKDIR}, {"cpus", required_argument, NULL, OPT_CPUS},
+    {"memory", required_argument, NULL, OPT_MEMORY},   {"pids", required_argument, NULL, OPT_PIDS},
+    {"disk", required_argument, NULL, OPT_DISK},       {"network", required_argument, NULL, OPT_NETWORK},
+    {"allow", required_argument, NULL, OPT_ALLOW},     {NULL, 0, NULL, 0},
 };
 
 char *fb_sandbox_path(const char *id, const char *suffix)
@@ -108,10 +104,25 @@ int fb_create_option(const struct fb_command *cmd, int c, const char *arg, json_
         return 1;
     }
     case OPT_NETWORK:
-        /* the daemon judges the mode; the CLI only carries it */
-        if (json_object_set_new(body, "network", json_pack("{s:s}", "mode", arg)) < 0)
-            return fb_usage_error(cmd, "--network: not valid UTF-8");
+    case OPT_ALLOW: {
+        /* the daemon judges mode and entries; the CLI only carries them */
+        json_t *net = sub_object(body, "network");
+        if (net == NULL)
+            return fb_usage_error(cmd, "out of memory");
+        if (c == OPT_NETWORK) {
+            if (json_object_set_new(net, "mode", json_string(arg)) < 0)
+                return fb_usage_error(cmd, "--network: not valid UTF-8");
+            return 1;
+        }
+        json_t *allow = json_object_get(net, "allow");
+        if (allow == NULL && json_object_set_new(net, "allow", allow = json_array()) < 0)
+            return fb_usage_error(cmd, "out of memory");
+        if (json_object_get(net, "mode") == NULL)
+            json_object_set_new(net, "mode", json_string("allowlist"));
+        if (json_array_append_new(allow, json_string(arg)) < 0)
+            return fb_usage_error(cmd, "--allow: not valid UTF-8");
         return 1;
+    }
     default:
         return 0;
     }
@@ -399,8 +410,9 @@ int fb_cmd_rm(struct fb_cli *cli, int argc, char **argv)
 
 static const struct fb_command network_cmd = {
     .name = "network",
-    .usage = "Usage: forkbox network ID MODE\n"
-             "Changes a running sandbox's network mode live (none, open); its processes keep running.\n",
+    .usage = "Usage: forkbox network ID MODE [ENTRY...]\n"
+             "Changes a running sandbox's network mode live (none, open, allowlist with its entries);\n"
+             "its processes keep running.\n",
 };
 
 int fb_cmd_network(struct fb_cli *cli, int argc, char **argv)
@@ -411,7 +423,7 @@ int fb_cmd_network(struct fb_cli *cli, int argc, char **argv)
     while ((c = fb_args_next(&a)) != -1)
         if (c == FB_ARGS_EXIT)
             return a.exit_code;
-    if (argc - optind != 2)
+    if (argc - optind < 2)
         return fb_usage_error(&network_cmd, "expected a sandbox id and a mode");
     const char *id = argv[optind];
     if (!fb_valid_name(id))
@@ -419,10 +431,13 @@ int fb_cmd_network(struct fb_cli *cli, int argc, char **argv)
     cleanup_error fb_error_t err = NULL;
     struct fb_client *client;
     cleanup_free char *path = fb_sandbox_path(id, "/network");
-    cleanup_json json_t *body = json_pack("{s:s}", "mode", argv[optind + 1]);
+    cleanup_json json_t *body = json_pack("{s:s, s:[]}", "mode", argv[optind + 1], "allow");
     cleanup_json json_t *sbx = NULL;
     if (path == NULL || body == NULL)
         return fb_usage_error(&network_cmd, "mode: not valid UTF-8");
+    for (int i = optind + 2; i < argc; i++)
+        if (json_array_append_new(json_object_get(body, "allow"), json_string(argv[i])) < 0)
+            return fb_usage_error(&network_cmd, "entry %s: not valid UTF-8", argv[i]);
     if (fb_cli_client(cli, &client, &err) < 0 || fb_client_json(client, "PUT", path, body, &sbx, &err) < 0)
         return fb_fail(&err);
     if (cli->json)

@@ -39,7 +39,7 @@ static const char main_usage[] =
     "  get, inspect  show one sandbox\n"
     "  rm            delete sandboxes\n"
     "  ttl           set a sandbox's time to live\n"
-    "  network       change a running sandbox's network mode (none, open)\n"
+    "  network       change a running sandbox's network policy (none, open, allowlist ...)\n"
     "  exec          run a command in a sandbox, streaming its output\n"
     "  run           create a sandbox, run one command in it, delete it\n"
     "Files:\n"

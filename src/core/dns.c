@@ -60,12 +60,29 @@ static int bind_server(int type, fb_error_t *err)
     return fb_steal_fd(&fd);
 }
 
-/* Decides and logs; true when the query may go upstream. */
-static bool judge(struct fb_core *core, const struct fb_net_entry *e, const struct fb_dns_question *q)
+/* Decides and logs; true when the query may go upstream.  For an
+ * allowlist, *port is the port the matching entry allows (0: any). */
+static bool judge(struct fb_core *core, const struct fb_net_entry *e, const struct fb_dns_question *q,
+                  uint16_t *port)
 {
-    bool allowed = strcmp(e->mode, "open") == 0;
+    *port = 0;
+    bool allowed = strcmp(e->mode, "open") == 0 ||
+                   (strcmp(e->mode, "allowlist") == 0 && fb_net_name_allowed(e, q->name, port));
     fb_audit_add(core, e->tenant, e->id, "dns", q->name, q->qtype, allowed ? "allowed" : "denied");
     return allowed;
+}
+
+/* An allowlist sandbox may connect to what its allowed names resolve to:
+ * the addresses are let through before the answer reaches it. */
+static void learn(struct fb_core *core, const struct fb_net_entry *e, uint16_t port,
+                  const unsigned char *resp, size_t len)
+{
+    if (strcmp(e->mode, "allowlist") != 0)
+        return;
+    uint32_t ips[32], ttls[32];
+    int n = fb_dns_answer_ipv4(resp, len, ips, ttls, 32);
+    for (int i = 0; i < n; i++)
+        fb_net_learn(core, e->slot, ips[i], port, ttls[i]);
 }
 
 /* Sends msg to the upstream over a fresh socket and waits for the answer. */
@@ -107,11 +124,13 @@ static ssize_t answer(struct fb_core *core, const struct fb_net_entry *e, int ty
     struct fb_dns_question q;
     if (fb_dns_parse_query(msg, len, &q) < 0)
         return -1; /* not a query we answer: dropped */
-    if (!judge(core, e, &q))
+    uint16_t port;
+    if (!judge(core, e, &q, &port))
         return (ssize_t)fb_dns_refusal(msg, &q, FB_DNS_RCODE_NXDOMAIN, resp, cap);
     ssize_t n = relay(&core->dns.upstream, type, msg, len, &q, resp, cap);
     if (n < 0)
         return (ssize_t)fb_dns_refusal(msg, &q, FB_DNS_RCODE_SERVFAIL, resp, cap);
+    learn(core, e, port, resp, (size_t)n);
     return n;
 }
 
@@ -130,6 +149,7 @@ static void *udp_worker(void *arg)
     ssize_t n = answer(j->core, &j->entry, SOCK_DGRAM, j->msg, j->len, resp, sizeof resp);
     if (n > 0)
         sendto(j->core->dns.udp, resp, (size_t)n, 0, (struct sockaddr *)&j->from, sizeof j->from);
+    fb_net_entry_release(&j->entry);
     atomic_fetch_sub(&inflight, 1);
     return NULL;
 }
@@ -162,6 +182,7 @@ static void *tcp_worker(void *arg)
         if (fb_write_all(fd, out, 2) < 0 || fb_write_all(fd, resp, (size_t)n) < 0)
             break;
     }
+    fb_net_entry_release(&j->entry);
     atomic_fetch_sub(&inflight, 1);
     return NULL;
 }
@@ -194,7 +215,9 @@ static void on_udp(struct fb_core *core)
         return;
     socklen_t sl = sizeof j->from;
     ssize_t n = recvfrom(core->dns.udp, j->msg, sizeof j->msg, 0, (struct sockaddr *)&j->from, &sl);
+    memset(&j->entry, 0, sizeof j->entry);
     if (n <= 0 || !fb_net_lookup(core, j->from.sin_addr, &j->entry) || !take_slot()) {
+        fb_net_entry_release(&j->entry);
         free(j); /* not from a sandbox, or too busy: dropped, the client retries */
         return;
     }
@@ -202,6 +225,7 @@ static void on_udp(struct fb_core *core)
     j->len = (size_t)n;
     if (!start_detached(udp_worker, j)) {
         atomic_fetch_sub(&inflight, 1);
+        fb_net_entry_release(&j->entry);
         free(j);
     }
 }
@@ -215,6 +239,8 @@ static void on_tcp(struct fb_core *core)
         return;
     struct tcp_job *j = calloc(1, sizeof *j);
     if (j == NULL || !fb_net_lookup(core, from.sin_addr, &j->entry) || !take_slot()) {
+        if (j != NULL)
+            fb_net_entry_release(&j->entry);
         free(j);
         return;
     }
@@ -222,6 +248,7 @@ static void on_tcp(struct fb_core *core)
     j->fd = fd;
     if (!start_detached(tcp_worker, j)) {
         atomic_fetch_sub(&inflight, 1);
+        fb_net_entry_release(&j->entry);
         free(j);
         return;
     }

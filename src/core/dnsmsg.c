@@ -74,3 +74,58 @@ bool fb_dns_answers(const unsigned char *resp, size_t len, const struct fb_dns_q
         return false;
     return true;
 }
+
+/* Skips a possibly compressed name at *at. */
+static int skip_name(const unsigned char *m, size_t len, size_t *at)
+{
+    for (int labels = 0; labels < 128; labels++) {
+        if (*at >= len)
+            return -EINVAL;
+        unsigned c = m[*at];
+        if (c == 0) {
+            *at += 1;
+            return 0;
+        }
+        if ((c & 0xc0) == 0xc0) { /* a pointer ends the name */
+            if (*at + 2 > len)
+                return -EINVAL;
+            *at += 2;
+            return 0;
+        }
+        if (c > 63 || *at + 1 + c > len)
+            return -EINVAL;
+        *at += 1 + c;
+    }
+    return -EINVAL;
+}
+
+int fb_dns_answer_ipv4(const unsigned char *resp, size_t len, uint32_t *ips, uint32_t *ttls, size_t max)
+{
+    if (len < DNS_HEADER)
+        return -EINVAL;
+    unsigned qd = get16(resp + 4), an = get16(resp + 6);
+    size_t at = DNS_HEADER, n = 0;
+    for (unsigned i = 0; i < qd; i++) {
+        if (skip_name(resp, len, &at) < 0 || at + 4 > len)
+            return -EINVAL;
+        at += 4;
+    }
+    for (unsigned i = 0; i < an; i++) {
+        if (skip_name(resp, len, &at) < 0 || at + 10 > len)
+            return -EINVAL;
+        uint16_t type = get16(resp + at), class = get16(resp + at + 2);
+        uint32_t ttl = (uint32_t)get16(resp + at + 4) << 16 | get16(resp + at + 6);
+        size_t rdlen = get16(resp + at + 8);
+        at += 10;
+        if (at + rdlen > len)
+            return -EINVAL;
+        if (type == 1 && class == 1 && rdlen == 4 && n < max) {
+            ips[n] = (uint32_t)resp[at] << 24 | (uint32_t)resp[at + 1] << 16 | (uint32_t)resp[at + 2] << 8 |
+                     resp[at + 3];
+            ttls[n] = ttl;
+            n++;
+        }
+        at += rdlen;
+    }
+    return (int)n;
+}

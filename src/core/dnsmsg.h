@@ -29,6 +29,11 @@ int fb_dns_parse_query(const unsigned char *msg, size_t len, struct fb_dns_quest
 size_t fb_dns_refusal(const unsigned char *query, const struct fb_dns_question *q, unsigned rcode,
                       unsigned char *out, size_t cap);
 
+/* Collects the IPv4 addresses of the A records in resp's answer section
+ * (max at most) with their TTLs.  Returns how many, or -EINVAL for a
+ * malformed message. */
+int fb_dns_answer_ipv4(const unsigned char *resp, size_t len, uint32_t *ips, uint32_t *ttls, size_t max);
+
 /* Whether resp is a response carrying q's id. */
 bool fb_dns_answers(const unsigned char *resp, size_t len, const struct fb_dns_question *q);
 

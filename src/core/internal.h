@@ -37,14 +37,24 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row);
  * survived.  -1 if it has none. */
 int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode);
 /* A networked sandbox as the resolver sees it. */
+struct fb_allowset;
 struct fb_net_entry {
-    uint32_t slot; /* uid_base >> 16 */
+    uint32_t slot;             /* uid_base >> 16 */
+    struct fb_allowset *allow; /* allowlist mode: shared, counted; NULL otherwise */
     char id[FB_ID_MAX];
     char tenant[64];
     char mode[FB_NET_MODE_MAX];
 };
-/* The sandbox whose link address is addr; false if none. */
+/* The sandbox whose link address is addr; false if none.  *out holds a
+ * reference: release it with fb_net_entry_release(). */
 bool fb_net_lookup(struct fb_core *core, struct in_addr addr, struct fb_net_entry *out);
+void fb_net_entry_release(struct fb_net_entry *e);
+/* Whether an allowlist sandbox may resolve name; *port receives the port its
+ * matching entry names (0: any; the lowest if several). */
+bool fb_net_name_allowed(const struct fb_net_entry *e, const char *name, uint16_t *port);
+/* Lets the sandbox of slot reach ip (on port, or any when 0) for ttl
+ * seconds: the resolver calls it for each address an allowed name gave. */
+void fb_net_learn(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port, uint32_t ttl);
 
 /* ---- DNS resolver (dns.c) and audit trail (audit.c) ---- */
 int fb_dns_start(struct fb_core *core, fb_error_t *err);

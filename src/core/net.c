@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "../common/json_util.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "allow.h"
 #include "../runtime/container.h"
 #include "../runtime/initconn.h"
 #include "../runtime/netlink.h"
@@ -48,8 +50,7 @@
     "table inet %s {\n"                                                                                      \
     "  set blocked4 {\n"                                                                                     \
     "    type ipv4_addr; flags interval\n"                                                                   \
-    "    elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12,\n"   \
-    "                 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/3 }\n"                                         \
+    "    elements = { %s }\n"                                                                                \
     "  }\n"                                                                                                  \
     "  map sandboxes {\n"                                                                                    \
     "    type ifname : verdict\n"                                                                            \
@@ -112,9 +113,9 @@ int fb_net_open(struct fb_core *core)
     inet_ntop(AF_INET, &hi, hi_s, sizeof hi_s);
     snprintf(range, sizeof range, "%s-%s", lo_s, hi_s);
     const char *t = core->net_table;
-    char rules[sizeof BASE_RULES_FMT + 12 * sizeof range];
-    snprintf(rules, sizeof rules, BASE_RULES_FMT, t, t, t, range, range, range, range, range, range, range,
-             range);
+    char rules[sizeof BASE_RULES_FMT + 12 * sizeof range + 256];
+    snprintf(rules, sizeof rules, BASE_RULES_FMT, t, t, t, fb_allow_blocked_elements(), range, range, range,
+             range, range, range, range, range);
     if (fb_nft_open(&core->nft, &err) < 0 || fb_nft_run(&core->nft, rules, &err) < 0) {
         snprintf(core->net_missing, sizeof core->net_missing, "sandbox networks unavailable: %s", err->msg);
         fb_warn("%s", core->net_missing);
@@ -124,10 +125,45 @@ int fb_net_open(struct fb_core *core)
     return 0;
 }
 
-/* The resolver finds a query's sandbox by its link address. */
-static void table_put(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode)
+/* A sandbox's allowlist, parsed once and shared read-only by the resolver's
+ * workers: each lookup takes a reference. */
+struct fb_allowset {
+    atomic_int refs;
+    size_t n;
+    struct fb_allow items[];
+};
+
+static struct fb_allowset *allowset_new(json_t *allow)
 {
-    struct fb_net_entry e = {.slot = (uint32_t)(row->uid_base / FB_UID_COUNT)};
+    size_t n = json_array_size(allow);
+    struct fb_allowset *a = calloc(1, sizeof *a + n * sizeof a->items[0]);
+    if (a == NULL)
+        return NULL;
+    atomic_init(&a->refs, 1);
+    size_t i;
+    json_t *e;
+    json_array_foreach(allow, i, e)
+    {
+        /* stored entries were validated and made canonical at parse time */
+        if (json_is_string(e) && fb_allow_parse(json_string_value(e), &a->items[a->n], NULL) == 0)
+            a->n++;
+    }
+    return a;
+}
+
+void fb_net_entry_release(struct fb_net_entry *e)
+{
+    if (e->allow != NULL && atomic_fetch_sub(&e->allow->refs, 1) == 1)
+        free(e->allow);
+    e->allow = NULL;
+}
+
+/* The resolver finds a query's sandbox by its link address.  Takes over
+ * the caller's reference to allow (may be NULL). */
+static void table_put(struct fb_core *core, const struct fb_sandbox_row *row, const char *mode,
+                      struct fb_allowset *allow)
+{
+    struct fb_net_entry e = {.slot = (uint32_t)(row->uid_base / FB_UID_COUNT), .allow = allow};
     fb_strlcpy(e.id, row->id, sizeof e.id);
     fb_strlcpy(e.tenant, row->tenant, sizeof e.tenant);
     fb_strlcpy(e.mode, mode, sizeof e.mode);
@@ -142,12 +178,15 @@ static void table_put(struct fb_core *core, const struct fb_sandbox_row *row, co
             if (n == NULL) {
                 pthread_mutex_unlock(&core->net_lock);
                 fb_warn("sandbox %s: no memory for its DNS entry", row->id);
+                fb_net_entry_release(&e);
                 return;
             }
             core->net_entries = n;
             core->cap_net_entries = cap;
         }
         core->n_net_entries++;
+    } else {
+        fb_net_entry_release(&core->net_entries[i]);
     }
     core->net_entries[i] = e;
     pthread_mutex_unlock(&core->net_lock);
@@ -158,6 +197,7 @@ static void table_drop(struct fb_core *core, uint32_t slot)
     pthread_mutex_lock(&core->net_lock);
     for (size_t i = 0; i < core->n_net_entries; i++)
         if (core->net_entries[i].slot == slot) {
+            fb_net_entry_release(&core->net_entries[i]);
             core->net_entries[i] = core->net_entries[--core->n_net_entries];
             break;
         }
@@ -175,6 +215,8 @@ bool fb_net_lookup(struct fb_core *core, struct in_addr addr, struct fb_net_entr
     for (size_t i = 0; i < core->n_net_entries && !found; i++)
         if (core->net_entries[i].slot == slot) {
             *out = core->net_entries[i];
+            if (out->allow != NULL)
+                atomic_fetch_add(&out->allow->refs, 1);
             found = true;
         }
     pthread_mutex_unlock(&core->net_lock);
@@ -183,6 +225,8 @@ bool fb_net_lookup(struct fb_core *core, struct in_addr addr, struct fb_net_entr
 
 void fb_net_close(struct fb_core *core)
 {
+    for (size_t i = 0; i < core->n_net_entries; i++)
+        fb_net_entry_release(&core->net_entries[i]);
     free(core->net_entries);
     core->net_entries = NULL;
     core->n_net_entries = core->cap_net_entries = 0;
@@ -278,6 +322,115 @@ static int enable_forwarding(fb_error_t *err)
     return 0;
 }
 
+/* An allowlist sandbox has a chain s<slot> of its own and four sets: n<slot>
+ * (addresses its allowed names resolved to, any port) and np<slot> (the
+ * same, for entries with a port), both filled by the resolver with
+ * timeouts, and c<slot>/cp<slot> for its CIDR entries. */
+static char *allowlist_rules(struct fb_core *core, uint32_t slot, const struct fb_allowset *a)
+{
+    const char *t = core->net_table;
+    size_t cap = 2048 + a->n * 64;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return NULL;
+    int len = snprintf(buf, cap,
+                       "add set inet %s n%u { type ipv4_addr; flags timeout; }\n"
+                       "add set inet %s np%u { type ipv4_addr . inet_service; flags timeout; }\n"
+                       "add set inet %s c%u { type ipv4_addr; flags interval; }\n"
+                       "add set inet %s cp%u { type ipv4_addr . inet_service; flags interval; }\n"
+                       "add chain inet %s s%u\n"
+                       "add rule inet %s s%u ip daddr @n%u accept\n"
+                       "add rule inet %s s%u ip daddr . tcp dport @np%u accept\n"
+                       "add rule inet %s s%u ip daddr @c%u accept\n"
+                       "add rule inet %s s%u ip daddr . tcp dport @cp%u accept\n"
+                       "add rule inet %s s%u counter reject with icmpx type admin-prohibited\n",
+                       t, slot, t, slot, t, slot, t, slot, t, slot, t, slot, slot, t, slot, slot, t, slot,
+                       slot, t, slot, slot, t, slot);
+    for (size_t i = 0; i < a->n && len > 0 && (size_t)len < cap; i++) {
+        const struct fb_allow *e = &a->items[i];
+        if (e->kind != FB_ALLOW_CIDR)
+            continue;
+        struct fb_allow cidr = *e;
+        cidr.port = 0;
+        char net[FB_ALLOW_TEXT_MAX];
+        fb_allow_format(&cidr, net, sizeof net);
+        if (e->port == 0)
+            len += snprintf(buf + len, cap - (size_t)len, "add element inet %s c%u { %s }\n", t, slot, net);
+        else
+            len += snprintf(buf + len, cap - (size_t)len, "add element inet %s cp%u { %s . %u }\n", t, slot,
+                            net, e->port);
+    }
+    if (len < 0 || (size_t)len >= cap) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void allowlist_drop(struct fb_core *core, uint32_t slot)
+{
+    static const char *const kinds[] = {"chain", "set", "set", "set", "set"};
+    static const char *const names[] = {"s", "n", "np", "c", "cp"};
+    for (size_t i = 0; i < 5; i++) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "delete %s inet %s %s%u\n", kinds[i], core->net_table, names[i], slot);
+        fb_error_t e = NULL;
+        if (nft_apply(core, cmd, &e) < 0)
+            fb_error_release(&e); /* not an allowlist sandbox */
+    }
+}
+
+/* The policy of mode for the sandbox: its verdict map entry, and for an
+ * allowlist its chain and sets.  *allow receives the parsed allowlist. */
+static int policy_apply(struct fb_core *core, const struct fb_sandbox_row *row, const struct net_names *n,
+                        const char *mode, struct fb_allowset **allow, fb_error_t *err)
+{
+    *allow = NULL;
+    uint32_t slot = (uint32_t)(row->uid_base / FB_UID_COUNT);
+    char target[32];
+    snprintf(target, sizeof target, "%s", "open");
+    if (strcmp(mode, "allowlist") == 0) {
+        cleanup_json json_t *spec = json_loads(row->spec_json ? row->spec_json : "{}", 0, NULL);
+        *allow = allowset_new(json_object_get(json_object_get(spec, "network"), "allow"));
+        cleanup_free char *rules = *allow ? allowlist_rules(core, slot, *allow) : NULL;
+        if (rules == NULL)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "allowlist rules");
+        allowlist_drop(core, slot); /* left by a crash */
+        if (nft_apply(core, rules, err) < 0)
+            return -1;
+        snprintf(target, sizeof target, "s%u", slot);
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table,
+             n->host, target);
+    return nft_apply(core, cmd, err);
+}
+
+void fb_net_learn(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port, uint32_t ttl)
+{
+    /* long enough to connect after the lookup, short enough to follow
+     * changes; re-added (so the timeout restarts) on every answer */
+    uint32_t t = ttl < 60 ? 60 : ttl > 3600 ? 3600 : ttl;
+    struct in_addr a = {htonl(ip)};
+    char s[INET_ADDRSTRLEN], elem[64], cmd[256];
+    inet_ntop(AF_INET, &a, s, sizeof s);
+    if (port == 0)
+        snprintf(elem, sizeof elem, "%s", s);
+    else
+        snprintf(elem, sizeof elem, "%s . %u", s, port);
+    const char *set = port == 0 ? "n" : "np";
+    fb_error_t e = NULL;
+    snprintf(cmd, sizeof cmd, "delete element inet %s %s%u { %s }\n", core->net_table, set, slot, elem);
+    if (nft_apply(core, cmd, &e) < 0)
+        fb_error_release(&e); /* not there yet */
+    snprintf(cmd, sizeof cmd, "add element inet %s %s%u { %s timeout %us }\n", core->net_table, set, slot,
+             elem, t);
+    if (nft_apply(core, cmd, &e) < 0) {
+        fb_warn("allowlist slot %u: learn %s: %s", slot, elem, e->msg);
+        fb_error_release(&e);
+    }
+}
+
 int fb_net_attach(struct fb_core *core, const struct fb_sandbox_row *row, pid_t init_pid, const char *mode,
                   fb_error_t *err)
 {
@@ -314,18 +467,25 @@ int fb_net_attach(struct fb_core *core, const struct fb_sandbox_row *row, pid_t 
         *err = job.err;
         goto out;
     }
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table, n.host,
-             mode);
     struct fb_core_paths paths;
     struct fb_container_config cc;
     fb_core_container_config(core, row, "", &paths, &cc);
-    rc = nft_apply(core, cmd, err) == 0 && write_resolv_conf(paths.sock_path, n.gw, err) == 0 ? 0 : -1;
-    if (rc == 0)
-        table_put(core, row, mode);
+    struct fb_allowset *allow = NULL;
+    rc = policy_apply(core, row, &n, mode, &allow, err) == 0 &&
+                 write_resolv_conf(paths.sock_path, n.gw, err) == 0
+             ? 0
+             : -1;
+    if (rc == 0) {
+        table_put(core, row, mode, allow);
+    } else {
+        struct fb_net_entry tmp = {.allow = allow};
+        fb_net_entry_release(&tmp);
+    }
 out:
-    if (rc < 0)
+    if (rc < 0) {
         fb_nl_link_delete(&nl, n.host, NULL);
+        allowlist_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
+    }
     fb_nl_close(&nl);
     if (rc < 0)
         return fb_error_wrap(err, "network for sandbox %s", row->id);
@@ -345,6 +505,7 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
     if (nft_apply(core, cmd, &e) < 0)
         fb_error_release(&e); /* not there: it never had a network */
     table_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
+    allowlist_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
     struct fb_nl nl;
     if (fb_nl_open(&nl, NULL) == 0) {
         fb_nl_link_delete(&nl, n.host, NULL);
@@ -360,14 +521,14 @@ int fb_net_restore(struct fb_core *core, const struct fb_sandbox_row *row, const
     cleanup_error fb_error_t err = NULL;
     if (net_names(core, row, &n, &err) < 0 || if_nametoindex(n.host) == 0)
         return -1;
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table, n.host,
-             mode);
-    if (nft_apply(core, cmd, &err) < 0) {
+    struct fb_allowset *allow = NULL;
+    if (policy_apply(core, row, &n, mode, &allow, &err) < 0) {
         fb_warn("sandbox %s: restore network policy: %s", row->id, err->msg);
+        struct fb_net_entry tmp = {.allow = allow};
+        fb_net_entry_release(&tmp);
         return -1;
     }
-    table_put(core, row, mode);
+    table_put(core, row, mode, allow);
     return 0;
 }
 
@@ -376,6 +537,24 @@ void fb_net_row_mode(const struct fb_sandbox_row *row, char mode[FB_NET_MODE_MAX
     fb_strlcpy(mode, "none", FB_NET_MODE_MAX);
     cleanup_json json_t *spec = json_loads(row->spec_json ? row->spec_json : "{}", 0, NULL);
     const char *m = json_string_value(json_object_get(json_object_get(spec, "network"), "mode"));
-    if (m != NULL && (strcmp(m, "open") == 0 || strcmp(m, "none") == 0))
+    if (m != NULL && (strcmp(m, "open") == 0 || strcmp(m, "none") == 0 || strcmp(m, "allowlist") == 0))
         fb_strlcpy(mode, m, FB_NET_MODE_MAX);
+}
+
+bool fb_net_name_allowed(const struct fb_net_entry *e, const char *name, uint16_t *port)
+{
+    bool any = false, found = false;
+    uint16_t lowest = 0;
+    for (size_t i = 0; e->allow != NULL && i < e->allow->n; i++) {
+        const struct fb_allow *a = &e->allow->items[i];
+        if (!fb_allow_matches(a, name))
+            continue;
+        found = true;
+        if (a->port == 0)
+            any = true;
+        else if (lowest == 0 || a->port < lowest)
+            lowest = a->port;
+    }
+    *port = any ? 0 : lowest;
+    return found;
 }

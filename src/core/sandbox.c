@@ -414,11 +414,23 @@ int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id,
     return 0;
 }
 
+/* The row's stored spec with its network object replaced (new string, or
+ * NULL when out of memory). */
+static char *spec_with_network(const char *spec_json, const char *mode, json_t *allow)
+{
+    cleanup_json json_t *spec = json_loads(spec_json ? spec_json : "{}", 0, NULL);
+    if (!json_is_object(spec))
+        return NULL;
+    json_object_set_new(spec, "network", json_pack("{s:s, s:O}", "mode", mode, "allow", allow));
+    return json_dumps(spec, JSON_COMPACT);
+}
+
 int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char *id, json_t *network,
                            json_t **out, fb_error_t *err)
 {
     char mode[FB_NET_MODE_MAX];
-    if (fb_network_spec_parse(network, mode, err) < 0)
+    cleanup_json json_t *allow = NULL;
+    if (fb_network_spec_parse(network, mode, &allow, err) < 0)
         return -1;
     /* one change at a time: two racing changes would fight over the link */
     pthread_mutex_lock(&core->net_change);
@@ -427,30 +439,34 @@ int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char 
     if (rc == 0 && strcmp(row.state, "running") != 0)
         rc = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
     char cur[FB_NET_MODE_MAX];
-    if (rc == 0)
+    char *old_spec = NULL;
+    if (rc == 0) {
         fb_net_row_mode(&row, cur);
-    if (rc == 0 && strcmp(cur, mode) != 0) {
+        /* the policy is built from the row's spec: the new one, from now */
+        char *next = spec_with_network(row.spec_json, mode, allow);
+        if (next == NULL)
+            rc = fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
+        else {
+            old_spec = row.spec_json;
+            row.spec_json = next;
+        }
+    }
+    if (rc == 0) {
         /* the sandbox's processes keep running: only its link changes */
         fb_net_detach(core, &row);
         if (fb_net_attach(core, &row, (pid_t)row.init_pid, mode, err) < 0) {
+            free(row.spec_json);
+            row.spec_json = old_spec;
+            old_spec = NULL;
             cleanup_error fb_error_t back = NULL;
             if (fb_net_attach(core, &row, (pid_t)row.init_pid, cur, &back) < 0)
                 fb_warn("sandbox %s: could not restore network mode %s: %s", id, cur, back->msg);
             rc = -1;
         }
     }
-    if (rc == 0) {
-        cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
-        if (json_is_object(spec)) {
-            json_object_set_new(spec, "network", json_pack("{s:s, s:[]}", "mode", mode, "allow"));
-            char *s = json_dumps(spec, JSON_COMPACT);
-            if (s != NULL) {
-                free(row.spec_json);
-                row.spec_json = s;
-            }
-        }
+    free(old_spec);
+    if (rc == 0)
         rc = fb_store_sandbox_update(core->store, &row, err);
-    }
     pthread_mutex_unlock(&core->net_change);
     if (rc < 0)
         return -1;

@@ -8,6 +8,7 @@
 #include "../common/cleanup.h"
 #include "../common/json_util.h"
 #include "../common/util.h"
+#include "allow.h"
 #include "path.h"
 
 #define cleanup_create_spec __attribute__((cleanup(fb_create_spec_clear)))
@@ -225,11 +226,7 @@ static int parse_network(json_t *v, struct fb_create_spec *s, fb_error_t *err)
         const char *m;
         if (get_string(mode, "network.mode", ENUM_STRING_MAX, false, &m, err) < 0)
             return -1;
-        if (strcmp(m, "allowlist") == 0)
-            return fb_error_set(err, FB_ERR_UNSUPPORTED, 0,
-                                "network.mode \"allowlist\" needs forkbox's DNS resolver and egress proxy, "
-                                "which this version does not have yet");
-        if (strcmp(m, "none") != 0 && strcmp(m, "open") != 0)
+        if (strcmp(m, "none") != 0 && strcmp(m, "open") != 0 && strcmp(m, "allowlist") != 0)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
                                 "network.mode: must be \"none\", \"open\" or \"allowlist\"");
         fb_strlcpy(s->network_mode, m, sizeof s->network_mode);
@@ -238,21 +235,49 @@ static int parse_network(json_t *v, struct fb_create_spec *s, fb_error_t *err)
     if (!is_null_or_absent(allow)) {
         if (!json_is_array(allow))
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "network.allow: must be an array");
-        if (json_array_size(allow) != 0)
+        if (json_array_size(allow) != 0 && strcmp(s->network_mode, "allowlist") != 0)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
                                 "network.allow: must be empty when network.mode is \"%s\"", s->network_mode);
+        if (json_array_size(allow) > FB_ALLOW_MAX)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "network.allow: at most %d entries",
+                                FB_ALLOW_MAX);
+        json_t *norm = json_array();
+        if (norm == NULL)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
+        fb_json_decrefp(&s->allow);
+        s->allow = norm;
+        size_t i;
+        json_t *e;
+        json_array_foreach(allow, i, e)
+        {
+            const char *text;
+            struct fb_allow a;
+            char canon[FB_ALLOW_TEXT_MAX];
+            if (get_string(e, "network.allow[]", FB_ALLOW_TEXT_MAX - 1, false, &text, err) < 0 ||
+                fb_allow_parse(text, &a, err) < 0)
+                return -1;
+            if (a.kind == FB_ALLOW_CIDR && fb_allow_blocked(&a))
+                return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
+                                    "network.allow: \"%s\" is in a range that is always blocked (private, "
+                                    "link-local, loopback, multicast)",
+                                    text);
+            fb_allow_format(&a, canon, sizeof canon);
+            json_array_append_new(norm, json_string(canon));
+        }
     }
     return 0;
 }
 
-int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], fb_error_t *err)
+int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], json_t **allow, fb_error_t *err)
 {
-    struct fb_create_spec s;
+    *allow = NULL;
+    cleanup_create_spec struct fb_create_spec s;
     memset(&s, 0, sizeof s);
     strcpy(s.network_mode, "none");
     if (parse_network(v, &s, err) < 0)
         return -1;
     fb_strlcpy(mode, s.network_mode, FB_NET_MODE_MAX);
+    *allow = s.allow != NULL ? fb_steal_ptr(s.allow) : json_array();
     return 0;
 }
 
@@ -332,9 +357,12 @@ int fb_create_spec_parse(json_t *body, struct fb_create_spec *out, fb_error_t *e
         return fb_error_set(err, FB_ERR_INTERNAL, 0, "out of memory");
     if (s.env == NULL && (s.env = json_object()) == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, 0, "out of memory");
+    if (s.allow == NULL && (s.allow = json_array()) == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, 0, "out of memory");
     *out = s;
     s.labels = NULL;
     s.env = NULL;
+    s.allow = NULL;
     return 0;
 }
 
@@ -344,18 +372,20 @@ void fb_create_spec_clear(struct fb_create_spec *s)
         return;
     fb_json_decrefp(&s->labels);
     fb_json_decrefp(&s->env);
+    fb_json_decrefp(&s->allow);
 }
 
 json_t *fb_create_spec_to_json(const struct fb_create_spec *s)
 {
     json_t *labels = s->labels != NULL ? json_deep_copy(s->labels) : json_object();
     json_t *env = s->env != NULL ? json_deep_copy(s->env) : json_object();
+    json_t *allow = s->allow != NULL ? json_deep_copy(s->allow) : json_array();
     /* json_pack releases the "o" references it was given even when it fails */
-    return json_pack("{s:s, s:I, s:s, s:o, s:o, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:[]}}", "template",
+    return json_pack("{s:s, s:I, s:s, s:o, s:o, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:o}}", "template",
                      s->template_name, "ttl", (json_int_t)s->ttl_s, "on_expire", s->on_expire, "labels",
                      labels, "env", env, "workdir", s->workdir, "resources", "cpus", s->res.cpus, "memory_mb",
                      (json_int_t)s->res.memory_mb, "pids", (json_int_t)s->res.pids, "disk_mb",
-                     (json_int_t)s->res.disk_mb, "network", "mode", s->network_mode, "allow");
+                     (json_int_t)s->res.disk_mb, "network", "mode", s->network_mode, "allow", allow);
 }
 
 int fb_create_spec_from_json(json_t *j, struct fb_create_spec *out, fb_error_t *err)

@@ -43,6 +43,7 @@ struct fb_create_spec {
     char on_expire[16];                           /* "delete" (default), "pause", "hibernate" */
     json_t *labels;                               /* owned: object of string -> string */
     json_t *env;                                  /* owned: object of string -> string */
+    json_t *allow;                                /* owned: array of canonical allowlist entries */
     char workdir[4096];                           /* absolute normalised path, default "/root" */
     struct fb_resources res;
     char network_mode[FB_NET_MODE_MAX]; /* "none" or "open" ("allowlist": 501 for now) */
@@ -53,9 +54,10 @@ struct fb_create_spec {
  * Unknown top-level fields are refused so typos do not silently vanish. */
 int fb_create_spec_parse(json_t *body, struct fb_create_spec *out, fb_error_t *err);
 
-/* Parses a "network" object (as in a create, or PUT .../network) into mode.
- * 400 for bad input, 501 for a mode this version lacks. */
-int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], fb_error_t *err);
+/* Parses a "network" object (as in a create, or PUT .../network) into mode
+ * and *allow (new reference: an array of canonical entries).  400 for bad
+ * input. */
+int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], json_t **allow, fb_error_t *err);
 void fb_create_spec_clear(struct fb_create_spec *s);
 
 /* The spec as stored and returned to clients (labels, env keys, workdir,

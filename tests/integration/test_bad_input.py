@@ -691,11 +691,3 @@ def test_daemon_still_healthy_at_the_end(client):
         client.delete("/v1/sandboxes/" + sb["id"])
     assert_healthy(client)
 
-
-def test_create_allowlist_mode_is_unsupported_for_now(client):
-    """network.mode "allowlist" answers 501 with the reason; nothing is created."""
-    before = tenant_ids(client)
-    r = client.post("/v1/sandboxes", {"network": {"mode": "allowlist", "allow": ["pypi.org"]}})
-    assert_error(r, 501)
-    assert "resolver" in r.json()["error"]["message"]
-    assert tenant_ids(client) == before

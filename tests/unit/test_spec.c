@@ -225,7 +225,7 @@ static const struct bad_group create_refusals[] = {
     {"network.allow: must be an array", {"{'network':{'allow':'10.0.0.1'}}", "{'network':{'allow':{}}}"}},
 };
 
-/* open is a network mode of its own; allowlist is named but not there yet */
+/* network modes and allowlist entries, normalised */
 static void test_network_modes(void **state)
 {
     (void)state;
@@ -235,17 +235,48 @@ static void test_network_modes(void **state)
     assert_int_equal(fb_create_spec_parse(open, &s, &err), 0);
     assert_string_equal(s.network_mode, "open");
     fb_create_spec_clear(&s);
-    cleanup_json json_t *al = load("{'network':{'mode':'allowlist','allow':['pypi.org']}}");
+    cleanup_json json_t *al = load("{'network':{'mode':'allowlist','allow':['PyPI.org','*.GitHub.com:443','"
+                                   "203.0.113.9/24','198.51.100.7:22']}}");
     struct fb_create_spec s2;
-    assert_int_equal(fb_create_spec_parse(al, &s2, &err), -1);
-    assert_int_equal(err->kind, FB_ERR_UNSUPPORTED);
-    fb_error_release(&err);
+    assert_int_equal(fb_create_spec_parse(al, &s2, &err), 0);
+    assert_string_equal(s2.network_mode, "allowlist");
+    cleanup_free char *canon = json_dumps(s2.allow, JSON_COMPACT);
+    assert_string_equal(canon, "[\"pypi.org\",\"*.github.com:443\",\"203.0.113.0/24\",\"198.51.100.7:22\"]");
+    fb_create_spec_clear(&s2);
+    static const char *const bad_entries[] = {
+        "{'mode':'allowlist','allow':['-bad.com']}",
+        "{'mode':'allowlist','allow':['com']}",
+        "{'mode':'allowlist','allow':['a b.com']}",
+        "{'mode':'allowlist','allow':['x.com:0']}",
+        "{'mode':'allowlist','allow':['x.com:70000']}",
+        "{'mode':'allowlist','allow':['10.1.2.3']}",
+        "{'mode':'allowlist','allow':['169.254.169.254']}",
+        "{'mode':'allowlist','allow':['0.0.0.0/0']}",
+        "{'mode':'allowlist','allow':['2001:db8::/32']}",
+        "{'mode':'allowlist','allow':['1.2.3.4/33']}",
+        "{'mode':'allowlist','allow':['*.*.x.com']}",
+        "{'mode':'allowlist','allow':[5]}",
+        "{'mode':'allowlist','allow':['']}",
+        "{'mode':'allowlist','allow':['x.com:']}",
+    };
     char mode[FB_NET_MODE_MAX];
+    for (size_t i = 0; i < sizeof bad_entries / sizeof bad_entries[0]; i++) {
+        cleanup_json json_t *b = load(bad_entries[i]);
+        json_t *allow = NULL;
+        if (fb_network_spec_parse(b, mode, &allow, &err) != -1)
+            fail_msg("accepted %s", bad_entries[i]);
+        assert_int_equal(err->kind, FB_ERR_BAD_REQUEST);
+        assert_null(allow);
+        fb_error_release(&err);
+    }
     cleanup_json json_t *none = load("{'mode':'none'}");
-    assert_int_equal(fb_network_spec_parse(none, mode, &err), 0);
+    cleanup_json json_t *allow = NULL;
+    assert_int_equal(fb_network_spec_parse(none, mode, &allow, &err), 0);
     assert_string_equal(mode, "none");
+    assert_int_equal(json_array_size(allow), 0);
     cleanup_json json_t *bad = load("{'mode':'open','extra':1}");
-    assert_int_equal(fb_network_spec_parse(bad, mode, &err), -1);
+    json_t *allow2 = NULL;
+    assert_int_equal(fb_network_spec_parse(bad, mode, &allow2, &err), -1);
     assert_int_equal(err->kind, FB_ERR_BAD_REQUEST);
 }
 
