@@ -89,7 +89,8 @@ json_t *fb_audit_list(struct fb_core *core, const char *tenant, const char *sand
         const char *tn = qtype_name(e->qtype);
         json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "time", when, "sandbox", e->sandbox, "kind",
                                e->kind, "name", e->name, "verdict", e->verdict);
-        json_object_set_new(ev, "type", tn ? json_string(tn) : json_integer(e->qtype));
+        if (strcmp(e->kind, "dns") == 0) /* a query type only for queries */
+            json_object_set_new(ev, "type", tn ? json_string(tn) : json_integer(e->qtype));
         json_array_append_new(events, ev);
     }
     pthread_mutex_unlock(&audit_lock);

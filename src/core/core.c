@@ -110,6 +110,9 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
         cleanup_error fb_error_t derr = NULL;
         if (fb_dns_start(core, &derr) < 0)
             fb_warn("sandboxes will have no DNS: %s", derr->msg);
+        cleanup_error fb_error_t eerr = NULL;
+        if (fb_egress_start(core, &eerr) < 0)
+            fb_warn("allowlist sandboxes will reach no web port: %s", eerr->msg);
     }
     if (fb_pool_start(core, err) < 0 || fb_core_readopt(core, err) < 0)
         return -1;
@@ -132,6 +135,7 @@ void fb_core_close(struct fb_core *core)
     fb_pool_stop(core);
     fb_core_reaper_stop(core);
     fb_core_templates_stop(core);
+    fb_egress_stop(core);
     fb_dns_stop(core);
     fb_net_close(core);
     if (core->store)

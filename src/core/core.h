@@ -36,6 +36,13 @@ struct fb_core_config {
 /* forkbox's DNS resolver (dns.c); its port is where sandboxes' queries to
  * their gateway are redirected */
 #define FB_DNS_PORT 10053
+#define FB_EGRESS_HTTP_PORT 10080
+#define FB_EGRESS_TLS_PORT 10443
+struct fb_egress {
+    int http, tls, wake[2];
+    pthread_t thread;
+    bool started;
+};
 struct fb_dns_server {
     int udp, tcp, wake[2];
     pthread_t thread;
@@ -75,6 +82,7 @@ struct fb_core {
     struct fb_net_entry *net_entries; /* networked sandboxes by slot, guarded by net_lock */
     size_t n_net_entries, cap_net_entries;
     struct fb_dns_server dns;
+    struct fb_egress egress;
     char disk_missing[192]; /* why not, when !disk_limits */
     volatile bool stopping;
 };

@@ -55,6 +55,14 @@ bool fb_net_name_allowed(const struct fb_net_entry *e, const char *name, uint16_
 /* Lets the sandbox of slot reach ip (on port, or any when 0) for ttl
  * seconds: the resolver calls it for each address an allowed name gave. */
 void fb_net_learn(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port, uint32_t ttl);
+/* Whether the sandbox of slot may reach ip:port because an allowed name
+ * resolved to it (learnt), or because a CIDR entry lists it (listed). */
+bool fb_net_dst_learnt(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port);
+bool fb_net_dst_listed(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port);
+
+/* ---- egress proxy (egress.c) for allowlist sandboxes' ports 80 and 443 ---- */
+int fb_egress_start(struct fb_core *core, fb_error_t *err);
+void fb_egress_stop(struct fb_core *core);
 
 /* ---- DNS resolver (dns.c) and audit trail (audit.c) ---- */
 int fb_dns_start(struct fb_core *core, fb_error_t *err);

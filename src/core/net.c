@@ -52,6 +52,9 @@
     "    type ipv4_addr; flags interval\n"                                                                   \
     "    elements = { %s }\n"                                                                                \
     "  }\n"                                                                                                  \
+    "  set proxied {\n"                                                                                      \
+    "    type ifname\n"                                                                                      \
+    "  }\n"                                                                                                  \
     "  map sandboxes {\n"                                                                                    \
     "    type ifname : verdict\n"                                                                            \
     "  }\n"                                                                                                  \
@@ -78,12 +81,15 @@
     "    iifname \"fbv*\" meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"               \
     "    iifname \"fbv*\" ip saddr %s ct state established,related accept\n"                                 \
     "    iifname \"fbv*\" ip saddr %s meta l4proto { tcp, udp } th dport 10053 accept\n"                     \
+    "    iifname \"fbv*\" ip saddr %s tcp dport { 10080, 10443 } accept\n"                                   \
     "    iifname \"fbv*\" ip saddr %s counter reject with icmpx type admin-prohibited\n"                     \
     "  }\n"                                                                                                  \
     "  chain prerouting {\n"                                                                                 \
     "    type nat hook prerouting priority dstnat; policy accept\n"                                          \
     "    iifname \"fbv*\" ip saddr %s fib daddr type local meta l4proto { tcp, udp } th dport 53 redirect "  \
     "to :10053\n"                                                                                            \
+    "    iifname @proxied tcp dport 80 redirect to :10080\n"                                                 \
+    "    iifname @proxied tcp dport 443 redirect to :10443\n"                                                \
     "  }\n"                                                                                                  \
     "  chain postrouting {\n"                                                                                \
     "    type nat hook postrouting priority srcnat; policy accept\n"                                         \
@@ -92,6 +98,8 @@
     "}\n"
 
 _Static_assert(FB_DNS_PORT == 10053, "base_rules names the resolver's port");
+_Static_assert(FB_EGRESS_HTTP_PORT == 10080 && FB_EGRESS_TLS_PORT == 10443,
+               "base_rules names the proxy's ports");
 
 static int nft_apply(struct fb_core *core, const char *cmds, fb_error_t *err)
 {
@@ -115,7 +123,7 @@ int fb_net_open(struct fb_core *core)
     const char *t = core->net_table;
     char rules[sizeof BASE_RULES_FMT + 12 * sizeof range + 256];
     snprintf(rules, sizeof rules, BASE_RULES_FMT, t, t, t, fb_allow_blocked_elements(), range, range, range,
-             range, range, range, range, range);
+             range, range, range, range, range, range);
     if (fb_nft_open(&core->nft, &err) < 0 || fb_nft_run(&core->nft, rules, &err) < 0) {
         snprintf(core->net_missing, sizeof core->net_missing, "sandbox networks unavailable: %s", err->msg);
         fb_warn("%s", core->net_missing);
@@ -399,6 +407,11 @@ static int policy_apply(struct fb_core *core, const struct fb_sandbox_row *row, 
         if (nft_apply(core, rules, err) < 0)
             return -1;
         snprintf(target, sizeof target, "s%u", slot);
+        /* its web traffic goes through the egress proxy */
+        char px[128];
+        snprintf(px, sizeof px, "add element inet %s proxied { \"%s\" }\n", core->net_table, n->host);
+        if (nft_apply(core, px, err) < 0)
+            return -1;
     }
     char cmd[160];
     snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table,
@@ -504,6 +517,9 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
     fb_error_t e = NULL;
     if (nft_apply(core, cmd, &e) < 0)
         fb_error_release(&e); /* not there: it never had a network */
+    snprintf(cmd, sizeof cmd, "delete element inet %s proxied { \"%s\" }\n", core->net_table, n.host);
+    if (nft_apply(core, cmd, &e) < 0)
+        fb_error_release(&e); /* not an allowlist sandbox */
     table_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
     allowlist_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
     struct fb_nl nl;
@@ -557,4 +573,35 @@ bool fb_net_name_allowed(const struct fb_net_entry *e, const char *name, uint16_
     }
     *port = any ? 0 : lowest;
     return found;
+}
+
+/* Whether ip (and port) is an element of set<slot>: nft answers a "get"
+ * only for a member (or the interval holding it). */
+static bool in_set(struct fb_core *core, const char *set, uint32_t slot, uint32_t ip, int port)
+{
+    struct in_addr a = {htonl(ip)};
+    char s[INET_ADDRSTRLEN], cmd[192];
+    inet_ntop(AF_INET, &a, s, sizeof s);
+    if (port < 0)
+        snprintf(cmd, sizeof cmd, "get element inet %s %s%u { %s }\n", core->net_table, set, slot, s);
+    else
+        snprintf(cmd, sizeof cmd, "get element inet %s %s%u { %s . %d }\n", core->net_table, set, slot, s,
+                 port);
+    pthread_mutex_lock(&core->net_lock);
+    cleanup_free char *out = NULL;
+    fb_error_t e = NULL;
+    bool found = fb_nft_query(&core->nft, cmd, &out, &e) == 0;
+    pthread_mutex_unlock(&core->net_lock);
+    fb_error_release(&e);
+    return found;
+}
+
+bool fb_net_dst_learnt(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port)
+{
+    return in_set(core, "n", slot, ip, -1) || in_set(core, "np", slot, ip, port);
+}
+
+bool fb_net_dst_listed(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port)
+{
+    return in_set(core, "c", slot, ip, -1) || in_set(core, "cp", slot, ip, port);
 }
