@@ -108,6 +108,7 @@ struct MHD_Response *fb_h_sandbox_delete(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_sandbox_ttl(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_sandbox_network(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_audit(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_metrics(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_files_get(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_files_put(struct fb_req *r, unsigned *status);

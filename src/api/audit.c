@@ -1,9 +1,11 @@
 /* GET /v1/audit: the tenant's audit events (policy decisions about its
- * sandboxes, such as DNS queries), oldest first. */
+ * sandboxes, such as DNS queries), oldest first; GET /metrics: counters in
+ * the Prometheus text format.  Both are the tenant's own view. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../common/cleanup.h"
 #include "../core/internal.h"
 #include "api.h"
 
@@ -37,6 +39,22 @@ static int parse_since(const char *v, int64_t *out)
         return -1;
     *out = (int64_t)timegm(&tm) * 1000 + frac;
     return 0;
+}
+
+struct MHD_Response *fb_h_metrics(struct fb_req *r, unsigned *status)
+{
+    char *text = NULL;
+    cleanup_error fb_error_t err = NULL;
+    if (fb_core_metrics(r->api->core, r->tenant, &text, &err) < 0)
+        return fb_resp_error(err, status);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(text);
+        return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
+    *status = 200;
+    return resp;
 }
 
 struct MHD_Response *fb_h_audit(struct fb_req *r, unsigned *status)

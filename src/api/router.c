@@ -13,6 +13,7 @@ static const struct fb_route routes[] = {
     {"POST", "/v1/sandboxes/{}/ttl", FB_BODY_JSON, true, fb_h_sandbox_ttl},
     {"PUT", "/v1/sandboxes/{}/network", FB_BODY_JSON, true, fb_h_sandbox_network},
     {"GET", "/v1/audit", FB_BODY_NONE, true, fb_h_audit},
+    {"GET", "/metrics", FB_BODY_NONE, true, fb_h_metrics},
     {"POST", "/v1/sandboxes/{}/exec", FB_BODY_JSON, true, fb_h_exec, FB_EXEC_BODY_MAX},
     {"GET", "/v1/sandboxes/{}/files", FB_BODY_NONE, true, fb_h_files_get},
     {"PUT", "/v1/sandboxes/{}/files", FB_BODY_FILE, true, fb_h_files_put},

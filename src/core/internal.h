@@ -60,6 +60,14 @@ void fb_net_learn(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t por
 bool fb_net_dst_learnt(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port);
 bool fb_net_dst_listed(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port);
 
+/* Network counters of a networked sandbox: {bytes_out, bytes_in,
+ * connections, denied: {blocked_destination, protocol, dns, policy, host}}
+ * (new reference), or NULL for none. */
+json_t *fb_net_counters(struct fb_core *core, const struct fb_sandbox_row *row);
+
+/* GET /metrics: the Prometheus text of tenant's sandboxes (caller frees). */
+int fb_core_metrics(struct fb_core *core, const char *tenant, char **out, fb_error_t *err);
+
 /* ---- egress proxy (egress.c) for allowlist sandboxes' ports 80 and 443 ---- */
 int fb_egress_start(struct fb_core *core, fb_error_t *err);
 void fb_egress_stop(struct fb_core *core);

@@ -55,22 +55,38 @@
     "  set proxied {\n"                                                                                      \
     "    type ifname\n"                                                                                      \
     "  }\n"                                                                                                  \
+    "  map m_out { type ifname : counter; }\n"                                                               \
+    "  map m_in { type ifname : counter; }\n"                                                                \
+    "  map m_conn { type ifname : counter; }\n"                                                              \
+    "  map m_dblk { type ifname : counter; }\n"                                                              \
+    "  map m_dpro { type ifname : counter; }\n"                                                              \
+    "  map m_ddns { type ifname : counter; }\n"                                                              \
+    "  map m_dpol { type ifname : counter; }\n"                                                              \
+    "  map m_dhst { type ifname : counter; }\n"                                                              \
     "  map sandboxes {\n"                                                                                    \
     "    type ifname : verdict\n"                                                                            \
     "  }\n"                                                                                                  \
     "  chain forward {\n"                                                                                    \
     "    type filter hook forward priority filter; policy accept\n"                                          \
+    "    iifname \"fbv*\" meta nfproto ipv6 counter name iifname map @m_dpro\n"                              \
     "    iifname \"fbv*\" meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"               \
+    "    iifname \"fbv*\" ip saddr %s counter name iifname map @m_out\n"                                     \
+    "    iifname \"fbv*\" ip saddr %s ct state new counter name iifname map @m_conn\n"                       \
     "    iifname \"fbv*\" ip saddr %s jump egress\n"                                                         \
+    "    oifname \"fbv*\" ip daddr %s counter name oifname map @m_in\n"                                      \
     "    oifname \"fbv*\" ip daddr %s ct state established,related accept\n"                                 \
     "    oifname \"fbv*\" ip daddr %s counter drop\n"                                                        \
     "  }\n"                                                                                                  \
     "  chain egress {\n"                                                                                     \
     "    ct state established,related accept\n"                                                              \
+    "    ip daddr @blocked4 counter name iifname map @m_dblk\n"                                              \
     "    ip daddr @blocked4 counter reject with icmpx type admin-prohibited\n"                               \
+    "    meta l4proto != tcp counter name iifname map @m_dpro\n"                                             \
     "    meta l4proto != tcp counter reject with icmpx type admin-prohibited\n"                              \
+    "    tcp dport { 53, 853 } counter name iifname map @m_ddns\n"                                           \
     "    tcp dport { 53, 853 } counter reject with icmpx type admin-prohibited\n"                            \
     "    iifname vmap @sandboxes\n"                                                                          \
+    "    counter name iifname map @m_dpol\n"                                                                 \
     "    counter reject with icmpx type admin-prohibited\n"                                                  \
     "  }\n"                                                                                                  \
     "  chain open {\n"                                                                                       \
@@ -78,11 +94,18 @@
     "  }\n"                                                                                                  \
     "  chain input {\n"                                                                                      \
     "    type filter hook input priority filter; policy accept\n"                                            \
+    "    iifname \"fbv*\" meta nfproto ipv6 counter name iifname map @m_dpro\n"                              \
     "    iifname \"fbv*\" meta nfproto ipv6 counter reject with icmpx type admin-prohibited\n"               \
+    "    iifname \"fbv*\" ip saddr %s counter name iifname map @m_out\n"                                     \
     "    iifname \"fbv*\" ip saddr %s ct state established,related accept\n"                                 \
     "    iifname \"fbv*\" ip saddr %s meta l4proto { tcp, udp } th dport 10053 accept\n"                     \
     "    iifname \"fbv*\" ip saddr %s tcp dport { 10080, 10443 } accept\n"                                   \
+    "    iifname \"fbv*\" ip saddr %s counter name iifname map @m_dhst\n"                                    \
     "    iifname \"fbv*\" ip saddr %s counter reject with icmpx type admin-prohibited\n"                     \
+    "  }\n"                                                                                                  \
+    "  chain output {\n"                                                                                     \
+    "    type filter hook output priority filter; policy accept\n"                                           \
+    "    oifname \"fbv*\" counter name oifname map @m_in\n"                                                  \
     "  }\n"                                                                                                  \
     "  chain prerouting {\n"                                                                                 \
     "    type nat hook prerouting priority dstnat; policy accept\n"                                          \
@@ -121,9 +144,9 @@ int fb_net_open(struct fb_core *core)
     inet_ntop(AF_INET, &hi, hi_s, sizeof hi_s);
     snprintf(range, sizeof range, "%s-%s", lo_s, hi_s);
     const char *t = core->net_table;
-    char rules[sizeof BASE_RULES_FMT + 12 * sizeof range + 256];
+    char rules[sizeof BASE_RULES_FMT + 16 * sizeof range + 256];
     snprintf(rules, sizeof rules, BASE_RULES_FMT, t, t, t, fb_allow_blocked_elements(), range, range, range,
-             range, range, range, range, range, range);
+             range, range, range, range, range, range, range, range, range, range, range);
     if (fb_nft_open(&core->nft, &err) < 0 || fb_nft_run(&core->nft, rules, &err) < 0) {
         snprintf(core->net_missing, sizeof core->net_missing, "sandbox networks unavailable: %s", err->msg);
         fb_warn("%s", core->net_missing);
@@ -351,9 +374,10 @@ static char *allowlist_rules(struct fb_core *core, uint32_t slot, const struct f
                        "add rule inet %s s%u ip daddr . tcp dport @np%u accept\n"
                        "add rule inet %s s%u ip daddr @c%u accept\n"
                        "add rule inet %s s%u ip daddr . tcp dport @cp%u accept\n"
+                       "add rule inet %s s%u counter name iifname map @m_dpol\n"
                        "add rule inet %s s%u counter reject with icmpx type admin-prohibited\n",
                        t, slot, t, slot, t, slot, t, slot, t, slot, t, slot, slot, t, slot, slot, t, slot,
-                       slot, t, slot, slot, t, slot);
+                       slot, t, slot, slot, t, slot, t, slot);
     for (size_t i = 0; i < a->n && len > 0 && (size_t)len < cap; i++) {
         const struct fb_allow *e = &a->items[i];
         if (e->kind != FB_ALLOW_CIDR)
@@ -388,6 +412,38 @@ static void allowlist_drop(struct fb_core *core, uint32_t slot)
     }
 }
 
+/* Per-sandbox counters, one named counter per kind, reached from the
+ * table's rules through the m_<kind> maps keyed by link name. */
+static const char *const counter_kinds[] = {"out", "in", "conn", "dblk", "dpro", "ddns", "dpol", "dhst"};
+#define N_COUNTERS (sizeof counter_kinds / sizeof counter_kinds[0])
+
+static int counters_add(struct fb_core *core, uint32_t slot, const char *link, fb_error_t *err)
+{
+    char cmds[N_COUNTERS * 160];
+    size_t len = 0;
+    for (size_t i = 0; i < N_COUNTERS; i++)
+        len += (size_t)snprintf(cmds + len, sizeof cmds - len,
+                                "add counter inet %s %s%u\nadd element inet %s m_%s { \"%s\" : \"%s%u\" }\n",
+                                core->net_table, counter_kinds[i], slot, core->net_table, counter_kinds[i],
+                                link, counter_kinds[i], slot);
+    return nft_apply(core, cmds, err);
+}
+
+static void counters_drop(struct fb_core *core, uint32_t slot, const char *link)
+{
+    for (size_t i = 0; i < N_COUNTERS; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "delete element inet %s m_%s { \"%s\" }\n", core->net_table,
+                 counter_kinds[i], link);
+        fb_error_t e = NULL;
+        if (nft_apply(core, cmd, &e) < 0)
+            fb_error_release(&e);
+        snprintf(cmd, sizeof cmd, "delete counter inet %s %s%u\n", core->net_table, counter_kinds[i], slot);
+        if (nft_apply(core, cmd, &e) < 0)
+            fb_error_release(&e);
+    }
+}
+
 /* The policy of mode for the sandbox: its verdict map entry, and for an
  * allowlist its chain and sets.  *allow receives the parsed allowlist. */
 static int policy_apply(struct fb_core *core, const struct fb_sandbox_row *row, const struct net_names *n,
@@ -413,6 +469,8 @@ static int policy_apply(struct fb_core *core, const struct fb_sandbox_row *row, 
         if (nft_apply(core, px, err) < 0)
             return -1;
     }
+    if (counters_add(core, slot, n->host, err) < 0)
+        return -1;
     char cmd[160];
     snprintf(cmd, sizeof cmd, "add element inet %s sandboxes { \"%s\" : goto %s }\n", core->net_table,
              n->host, target);
@@ -522,6 +580,7 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
         fb_error_release(&e); /* not an allowlist sandbox */
     table_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
     allowlist_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT));
+    counters_drop(core, (uint32_t)(row->uid_base / FB_UID_COUNT), n.host);
     struct fb_nl nl;
     if (fb_nl_open(&nl, NULL) == 0) {
         fb_nl_link_delete(&nl, n.host, NULL);
@@ -604,4 +663,44 @@ bool fb_net_dst_learnt(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_
 bool fb_net_dst_listed(struct fb_core *core, uint32_t slot, uint32_t ip, uint16_t port)
 {
     return in_set(core, "c", slot, ip, -1) || in_set(core, "cp", slot, ip, port);
+}
+
+json_t *fb_net_counters(struct fb_core *core, const struct fb_sandbox_row *row)
+{
+    char mode[FB_NET_MODE_MAX];
+    fb_net_row_mode(row, mode);
+    if (!core->net_ready || strcmp(mode, "none") == 0)
+        return NULL;
+    uint32_t slot = (uint32_t)(row->uid_base / FB_UID_COUNT);
+    char cmds[N_COUNTERS * 96];
+    size_t len = 0;
+    for (size_t i = 0; i < N_COUNTERS; i++)
+        len += (size_t)snprintf(cmds + len, sizeof cmds - len, "list counter inet %s %s%u\n", core->net_table,
+                                counter_kinds[i], slot);
+    cleanup_free char *out = NULL;
+    fb_error_t e = NULL;
+    pthread_mutex_lock(&core->net_lock);
+    int r = fb_nft_query(&core->nft, cmds, &out, &e);
+    pthread_mutex_unlock(&core->net_lock);
+    if (r < 0) {
+        fb_error_release(&e);
+        return NULL;
+    }
+    /* "counter <kind><slot> { packets P bytes B }", in the order asked */
+    unsigned long long packets[N_COUNTERS] = {0}, bytes[N_COUNTERS] = {0};
+    const char *at = out;
+    for (size_t i = 0; i < N_COUNTERS; i++) {
+        char want[48];
+        snprintf(want, sizeof want, "counter %s%u {", counter_kinds[i], slot);
+        const char *c = strstr(at, want);
+        const char *p = c ? strstr(c, "packets ") : NULL;
+        if (p == NULL || sscanf(p, "packets %llu bytes %llu", &packets[i], &bytes[i]) != 2)
+            return NULL;
+        at = p;
+    }
+    return json_pack("{s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I, s:I}}", "bytes_out", (json_int_t)bytes[0],
+                     "bytes_in", (json_int_t)bytes[1], "connections", (json_int_t)packets[2], "denied",
+                     "blocked_destination", (json_int_t)packets[3], "protocol", (json_int_t)packets[4], "dns",
+                     (json_int_t)packets[5], "policy", (json_int_t)packets[6], "host",
+                     (json_int_t)packets[7]);
 }

@@ -289,6 +289,9 @@ int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, jso
                                              "disk_bytes_limit", (json_int_t)du.bytes_total, "disk_inodes",
                                              (json_int_t)du.inodes_used, "disk_inodes_limit",
                                              (json_int_t)du.inodes_total));
+        json_t *net = fb_net_counters(core, &row);
+        if (net != NULL)
+            json_object_set_new(usage, "network", net);
         json_object_set_new(o, "usage", usage);
     }
     *out = o;

@@ -451,3 +451,31 @@ def test_allowlist_checks_sni_and_host(make, client, lab):
     web = {(e["kind"], e["name"].split(" ")[0], e["verdict"]) for e in events if e["kind"] in ("tls", "http")}
     assert ("http", "allowed.test", "allowed") in web and ("http", "other.test", "denied") in web, web
     assert ("tls", "allowed.test", "allowed") in web and ("tls", "other.test", "denied") in web, web
+
+
+def test_network_counters_in_get_and_metrics(make, client, lab):
+    """Per-sandbox bytes, connections and denied attempts by reason, in GET and in /metrics."""
+    sid = make(network={"mode": "open"})["id"]
+    before = client.get("/v1/sandboxes/" + sid).json()["usage"]["network"]
+    assert set(before) == {"bytes_out", "bytes_in", "connections", "denied"}
+    assert set(before["denied"]) == {"blocked_destination", "protocol", "dns", "policy", "host"}
+    probe(client, sid, "tcp,%s,80" % lab.http_ip, "tcp,%s,80" % lab.metadata_ip, "udp,%s,53" % lab.upstream_dns,
+          "tcp,%s,53" % lab.upstream_dns, "tcp,10.224.0.1,22")
+    after = client.get("/v1/sandboxes/" + sid).json()["usage"]["network"]
+    assert after["bytes_out"] > before["bytes_out"] and after["bytes_in"] > before["bytes_in"], after
+    assert after["connections"] >= before["connections"] + 1, after
+    d0, d1 = before["denied"], after["denied"]
+    for reason in ("blocked_destination", "protocol", "dns"):
+        assert d1[reason] > d0[reason], (reason, after)
+    r = client.get("/metrics")
+    assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain"), r
+    text = r.body.decode()
+    assert 'forkbox_sandbox_network_bytes_total{sandbox="%s",direction="out"}' % sid in text
+    line = [l for l in text.splitlines()
+            if l.startswith('forkbox_sandbox_network_denied_total{sandbox="%s",reason="blocked_destination"}' % sid)]
+    assert line and int(line[0].split()[-1]) >= d1["blocked_destination"], line
+    assert 'forkbox_sandboxes{state="running"}' in text
+    assert client.get("/metrics", key=False).status == 401
+    # a sandbox without a network has no network counters
+    other = make()["id"]
+    assert "network" not in client.get("/v1/sandboxes/" + other).json()["usage"]
