@@ -570,6 +570,17 @@ void fb_net_detach(struct fb_core *core, const struct fb_sandbox_row *row)
     struct net_names n;
     if (net_names(core, row, &n, NULL) < 0)
         return;
+    /* most sandboxes never had a network: nothing of theirs is in the
+     * table, and a dozen nft round trips per delete would slow every
+     * teardown (and the reaper behind it) */
+    uint32_t slot = (uint32_t)(row->uid_base / FB_UID_COUNT);
+    bool known = false;
+    pthread_mutex_lock(&core->net_lock);
+    for (size_t i = 0; i < core->n_net_entries && !known; i++)
+        known = core->net_entries[i].slot == slot;
+    pthread_mutex_unlock(&core->net_lock);
+    if (!known && if_nametoindex(n.host) == 0)
+        return;
     char cmd[160];
     snprintf(cmd, sizeof cmd, "delete element inet %s sandboxes { \"%s\" }\n", core->net_table, n.host);
     fb_error_t e = NULL;
