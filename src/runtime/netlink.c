@@ -209,13 +209,19 @@ int fb_nl_link_delete(struct fb_nl *nl, const char *name, fb_error_t *err)
     return 0;
 }
 
-int fb_nl_addr_add4(struct fb_nl *nl, const char *name, struct in_addr addr, unsigned prefix, fb_error_t *err)
+/* The index of link name, for an IPv4 prefix length that must be valid. */
+static int link_index4(const char *name, unsigned prefix, fb_error_t *err)
 {
-    int idx = link_index(name, err);
-    if (idx < 0)
-        return -1;
     if (prefix > 32)
         return fb_error_set(err, FB_ERR_INTERNAL, EINVAL, "bad prefix length %u", prefix);
+    return link_index(name, err);
+}
+
+int fb_nl_addr_add4(struct fb_nl *nl, const char *name, struct in_addr addr, unsigned prefix, fb_error_t *err)
+{
+    int idx = link_index4(name, prefix, err);
+    if (idx < 0)
+        return -1;
     struct nl_req r;
     struct ifaddrmsg *ifa = req_init(&r, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, sizeof(struct ifaddrmsg));
     ifa->ifa_family = AF_INET;
@@ -230,11 +236,9 @@ int fb_nl_addr_add4(struct fb_nl *nl, const char *name, struct in_addr addr, uns
 int fb_nl_route_add4(struct fb_nl *nl, const char *name, struct in_addr dst, unsigned prefix,
                      struct in_addr gateway, fb_error_t *err)
 {
-    int idx = link_index(name, err);
+    int idx = link_index4(name, prefix, err);
     if (idx < 0)
         return -1;
-    if (prefix > 32)
-        return fb_error_set(err, FB_ERR_INTERNAL, EINVAL, "bad prefix length %u", prefix);
     struct nl_req r;
     struct rtmsg *rt = req_init(&r, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, sizeof(struct rtmsg));
     rt->rtm_family = AF_INET;
