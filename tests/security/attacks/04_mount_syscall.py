@@ -1,16 +1,11 @@
 """Mount filesystems with mount(2): tmpfs, proc, sysfs, devtmpfs, cgroup, a bind of /, and remounts of the read-only /proc/sys and /sys."""
-import ctypes
 import os
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, cstr, en, finish, libc, sysc  # noqa: F401
 
 SYS_mount, SYS_umount2 = 165, 166
 MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 1, 2, 32, 4096, 8192, 16384
 MS_PRIVATE, MS_SHARED = 1 << 18, 1 << 20
-
-
-def cstr(s):
-    return None if s is None else ctypes.c_char_p(s.encode())
 
 
 def is_rw(path):

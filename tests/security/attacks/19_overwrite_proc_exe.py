@@ -2,7 +2,7 @@
 import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, init_pids, libc, sysc  # noqa: F401
 
 import fcntl  # noqa: E402
 import mmap  # noqa: E402
@@ -13,20 +13,6 @@ F_GET_SEALS = 1034
 TRIGGER = "/tmp/fbx-selfexe"
 READY = "/tmp/fbx-selfexe-ready"
 DONE = "/tmp/fbx-selfexe-done"
-
-
-def init_pids():
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % p, "rb") as f:
-                if f.read().split(b"\0")[0] == b"forkbox-init":
-                    out.append(int(p))
-        except OSError:
-            pass
-    return sorted(out)
 
 
 def attack_handle(fd, how):

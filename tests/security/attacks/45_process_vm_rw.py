@@ -1,30 +1,15 @@
 """Read and write forkbox-init's memory with process_vm_readv/process_vm_writev (EFAULT would mean the access check passed)."""
 import ctypes
 import errno
-import os
 import sys
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, init_pids, libc, sysc  # noqa: F401
 
 SYS_process_vm_readv, SYS_process_vm_writev = 310, 311
 
 
 class IOVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-def init_pids():
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % p, "rb") as f:
-                if f.read().split(b"\0")[0] == b"forkbox-init":
-                    out.append(int(p))
-        except OSError:
-            pass
-    return sorted(out)
 
 
 def main():

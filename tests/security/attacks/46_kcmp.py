@@ -1,24 +1,10 @@
 """Compare kernel objects of forkbox-init and its workers with kcmp (file/vm/files identity, kernel pointer ordering leak)."""
 import os
 
-from _attack import ESCAPES, NOTES, en, finish, libc, sysc  # noqa: F401
+from _attack import ESCAPES, NOTES, en, finish, init_pids, libc, sysc  # noqa: F401
 
 SYS_kcmp = 312
 KCMP_FILE, KCMP_VM, KCMP_FILES, KCMP_FS, KCMP_SIGHAND, KCMP_IO, KCMP_SYSVSEM = 0, 1, 2, 3, 4, 5, 6
-
-
-def init_pids():
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % p, "rb") as f:
-                if f.read().split(b"\0")[0] == b"forkbox-init":
-                    out.append(int(p))
-        except OSError:
-            pass
-    return sorted(out)
 
 
 def main():

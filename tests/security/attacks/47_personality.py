@@ -1,5 +1,4 @@
 """Set execution domains and flags through personality() that must be refused (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, MMAP_PAGE_ZERO, other ABIs, values with high bits)."""
-import os
 import sys
 
 from _attack import ESCAPES, NOTES, en, finish, in_child, libc, sysc  # noqa: F401

@@ -87,3 +87,24 @@ def host_only_paths():
     except OSError:
         pass
     return [p for p in dict.fromkeys(out) if p.startswith("/")]
+
+
+def cstr(s):
+    """A C string argument for sysc (None stays a NULL pointer)."""
+    return None if s is None else ctypes.c_char_p(s.encode())
+
+
+def init_pids():
+    """Pids of every forkbox-init process this sandbox can see (PID 1 and
+    its workers), not counting this script."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                if f.read().split(b"\0")[0] == b"forkbox-init":
+                    out.append(int(p))
+        except OSError:
+            pass
+    return sorted(out)
