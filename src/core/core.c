@@ -45,6 +45,8 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     pthread_mutex_init(&core->lock, NULL);
     pthread_mutex_init(&core->net_lock, NULL);
     pthread_mutex_init(&core->net_change, NULL);
+    fb_listeners_init(&core->dns.l);
+    fb_listeners_init(&core->egress);
     pthread_cond_init(&core->pool_cond, NULL);
     pthread_cond_init(&core->reaper_cond, NULL);
     /* sandbox paths are built from these; socket paths must fit sun_path */

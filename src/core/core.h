@@ -38,15 +38,18 @@ struct fb_core_config {
 #define FB_DNS_PORT 10053
 #define FB_EGRESS_HTTP_PORT 10080
 #define FB_EGRESS_TLS_PORT 10443
-struct fb_egress {
-    int http, tls, wake[2];
+struct fb_core;
+/* Two sockets served by one thread (listeners.c). */
+struct fb_listeners {
+    int fd[2]; /* owned */
+    int wake[2];
     pthread_t thread;
     bool started;
+    struct fb_core *core;
+    void (*ready)(struct fb_core *core, int which); /* fd[which] is readable */
 };
 struct fb_dns_server {
-    int udp, tcp, wake[2];
-    pthread_t thread;
-    bool started;
+    struct fb_listeners l; /* fd[0] UDP, fd[1] TCP */
     struct sockaddr_in upstream;
 };
 
@@ -82,8 +85,8 @@ struct fb_core {
     struct fb_net_entry *net_entries; /* networked sandboxes by slot, guarded by net_lock */
     size_t n_net_entries, cap_net_entries;
     struct fb_dns_server dns;
-    struct fb_egress egress;
-    char disk_missing[192]; /* why not, when !disk_limits */
+    struct fb_listeners egress; /* fd[0] HTTP, fd[1] TLS */
+    char disk_missing[192];     /* why not, when !disk_limits */
     volatile bool stopping;
 };
 

@@ -7,8 +7,6 @@
  * upstream's, relayed byte for byte. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -148,7 +146,7 @@ static void *udp_worker(void *arg)
     unsigned char resp[FB_DNS_MSG_MAX];
     ssize_t n = answer(j->core, &j->entry, SOCK_DGRAM, j->msg, j->len, resp, sizeof resp);
     if (n > 0)
-        sendto(j->core->dns.udp, resp, (size_t)n, 0, (struct sockaddr *)&j->from, sizeof j->from);
+        sendto(j->core->dns.l.fd[0], resp, (size_t)n, 0, (struct sockaddr *)&j->from, sizeof j->from);
     fb_net_entry_release(&j->entry);
     atomic_fetch_sub(&inflight, 1);
     return NULL;
@@ -187,17 +185,6 @@ static void *tcp_worker(void *arg)
     return NULL;
 }
 
-static bool start_detached(void *(*fn)(void *), void *arg)
-{
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    bool ok = pthread_create(&t, &attr, fn, arg) == 0;
-    pthread_attr_destroy(&attr);
-    return ok;
-}
-
 /* Room for one more query, or false when too many are in flight. */
 static bool take_slot(void)
 {
@@ -214,7 +201,7 @@ static void on_udp(struct fb_core *core)
     if (j == NULL)
         return;
     socklen_t sl = sizeof j->from;
-    ssize_t n = recvfrom(core->dns.udp, j->msg, sizeof j->msg, 0, (struct sockaddr *)&j->from, &sl);
+    ssize_t n = recvfrom(core->dns.l.fd[0], j->msg, sizeof j->msg, 0, (struct sockaddr *)&j->from, &sl);
     memset(&j->entry, 0, sizeof j->entry);
     if (n <= 0 || !fb_net_lookup(core, j->from.sin_addr, &j->entry) || !take_slot()) {
         fb_net_entry_release(&j->entry);
@@ -223,7 +210,7 @@ static void on_udp(struct fb_core *core)
     }
     j->core = core;
     j->len = (size_t)n;
-    if (!start_detached(udp_worker, j)) {
+    if (!fb_spawn_detached(udp_worker, j)) {
         atomic_fetch_sub(&inflight, 1);
         fb_net_entry_release(&j->entry);
         free(j);
@@ -234,7 +221,7 @@ static void on_tcp(struct fb_core *core)
 {
     struct sockaddr_in from;
     socklen_t sl = sizeof from;
-    cleanup_close int fd = accept4(core->dns.tcp, (struct sockaddr *)&from, &sl, SOCK_CLOEXEC);
+    cleanup_close int fd = accept4(core->dns.l.fd[1], (struct sockaddr *)&from, &sl, SOCK_CLOEXEC);
     if (fd < 0)
         return;
     struct tcp_job *j = calloc(1, sizeof *j);
@@ -246,7 +233,7 @@ static void on_tcp(struct fb_core *core)
     }
     j->core = core;
     j->fd = fd;
-    if (!start_detached(tcp_worker, j)) {
+    if (!fb_spawn_detached(tcp_worker, j)) {
         atomic_fetch_sub(&inflight, 1);
         fb_net_entry_release(&j->entry);
         free(j);
@@ -255,28 +242,17 @@ static void on_tcp(struct fb_core *core)
     fd = -1; /* the worker's now */
 }
 
-static void *dns_main(void *arg)
+static void dns_ready(struct fb_core *core, int which)
 {
-    struct fb_core *core = arg;
-    while (!core->stopping) {
-        struct pollfd p[3] = {
-            {core->dns.udp, POLLIN, 0}, {core->dns.tcp, POLLIN, 0}, {core->dns.wake[0], POLLIN, 0}};
-        if (poll(p, 3, -1) < 0 && errno != EINTR)
-            break;
-        if (p[2].revents)
-            break;
-        if (p[0].revents & POLLIN)
-            on_udp(core);
-        if (p[1].revents & POLLIN)
-            on_tcp(core);
-    }
-    return NULL;
+    if (which == 0)
+        on_udp(core);
+    else
+        on_tcp(core);
 }
 
 int fb_dns_start(struct fb_core *core, fb_error_t *err)
 {
     struct fb_dns_server *d = &core->dns;
-    d->udp = d->tcp = d->wake[0] = d->wake[1] = -1;
     d->upstream.sin_family = AF_INET;
     d->upstream.sin_port = htons(53);
     if (core->cfg.dns_upstream[0] != '\0') {
@@ -287,21 +263,16 @@ int fb_dns_start(struct fb_core *core, fb_error_t *err)
         return fb_error_set(err, FB_ERR_UNSUPPORTED, 0,
                             "no IPv4 nameserver in /etc/resolv.conf (set --dns-upstream)");
     }
-    d->udp = bind_server(SOCK_DGRAM, err);
-    if (d->udp < 0)
+    int udp = bind_server(SOCK_DGRAM, err);
+    if (udp < 0)
         return -1;
-    d->tcp = bind_server(SOCK_STREAM, err);
-    if (d->tcp < 0 || pipe2(d->wake, O_CLOEXEC) < 0) {
-        if (d->tcp >= 0)
-            fb_error_sys(err, "pipe");
-        fb_dns_stop(core);
+    int tcp = bind_server(SOCK_STREAM, err);
+    if (tcp < 0) {
+        close(udp);
         return -1;
     }
-    if (pthread_create(&d->thread, NULL, dns_main, core) != 0) {
-        fb_dns_stop(core);
-        return fb_error_set(err, FB_ERR_INTERNAL, EAGAIN, "start the DNS resolver");
-    }
-    d->started = true;
+    if (fb_listeners_start(&d->l, core, udp, tcp, dns_ready, err) < 0)
+        return fb_error_wrap(err, "start the DNS resolver");
     char up[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &d->upstream.sin_addr, up, sizeof up);
     fb_info("DNS resolver for sandboxes on port %d, upstream %s", FB_DNS_PORT, up);
@@ -310,20 +281,10 @@ int fb_dns_start(struct fb_core *core, fb_error_t *err)
 
 void fb_dns_stop(struct fb_core *core)
 {
-    struct fb_dns_server *d = &core->dns;
-    if (d->started) {
-        (void)!write(d->wake[1], "x", 1);
-        pthread_join(d->thread, NULL);
-        d->started = false;
-    }
-    /* UDP workers answer through d->udp: let them finish first (each is
-     * bounded by the upstream timeout) */
+    fb_listeners_stop(&core->dns.l);
+    /* UDP workers answer through the UDP socket: let them finish first
+     * (each is bounded by the upstream timeout) */
     for (int i = 0; i < 100 && atomic_load(&inflight) > 0; i++)
         usleep(50000);
-    int *fds[] = {&d->udp, &d->tcp, &d->wake[0], &d->wake[1]};
-    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
-        if (*fds[i] >= 0)
-            close(*fds[i]);
-        *fds[i] = -1;
-    }
+    fb_listeners_close(&core->dns.l);
 }

@@ -8,7 +8,6 @@
  * decision is audited. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -198,70 +197,37 @@ static void on_accept(struct fb_core *core, int lfd, bool tls)
     c->core = core;
     c->tls = tls;
     c->fd = fd;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    if (pthread_create(&t, &attr, conn_main, c) != 0) {
+    if (!fb_spawn_detached(conn_main, c)) {
         atomic_fetch_sub(&conns, 1);
         fb_net_entry_release(&c->entry);
         free(c);
     } else {
         fd = -1; /* the worker's now */
     }
-    pthread_attr_destroy(&attr);
 }
 
-static void *egress_main(void *arg)
+static void egress_ready(struct fb_core *core, int which)
 {
-    struct fb_core *core = arg;
-    struct fb_egress *e = &core->egress;
-    while (!core->stopping) {
-        struct pollfd p[3] = {{e->http, POLLIN, 0}, {e->tls, POLLIN, 0}, {e->wake[0], POLLIN, 0}};
-        if (poll(p, 3, -1) < 0 && errno != EINTR)
-            break;
-        if (p[2].revents)
-            break;
-        if (p[0].revents & POLLIN)
-            on_accept(core, e->http, false);
-        if (p[1].revents & POLLIN)
-            on_accept(core, e->tls, true);
-    }
-    return NULL;
+    on_accept(core, core->egress.fd[which], which == 1);
 }
 
 int fb_egress_start(struct fb_core *core, fb_error_t *err)
 {
-    struct fb_egress *e = &core->egress;
-    e->http = e->tls = e->wake[0] = e->wake[1] = -1;
-    e->http = listen_on(FB_EGRESS_HTTP_PORT, err);
-    if (e->http < 0)
+    int http = listen_on(FB_EGRESS_HTTP_PORT, err);
+    if (http < 0)
         return -1;
-    e->tls = listen_on(FB_EGRESS_TLS_PORT, err);
-    if (e->tls < 0 || pipe2(e->wake, O_CLOEXEC) < 0 ||
-        pthread_create(&e->thread, NULL, egress_main, core) != 0) {
-        if (e->tls >= 0)
-            fb_error_set(err, FB_ERR_INTERNAL, errno, "start the egress proxy");
-        fb_egress_stop(core);
+    int tls = listen_on(FB_EGRESS_TLS_PORT, err);
+    if (tls < 0) {
+        close(http);
         return -1;
     }
-    e->started = true;
+    if (fb_listeners_start(&core->egress, core, http, tls, egress_ready, err) < 0)
+        return fb_error_wrap(err, "start the egress proxy");
     return 0;
 }
 
 void fb_egress_stop(struct fb_core *core)
 {
-    struct fb_egress *e = &core->egress;
-    if (e->started) {
-        (void)!write(e->wake[1], "x", 1);
-        pthread_join(e->thread, NULL);
-        e->started = false;
-    }
     /* connections being relayed keep their own sockets and end on their own */
-    int *fds[] = {&e->http, &e->tls, &e->wake[0], &e->wake[1]};
-    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
-        if (*fds[i] >= 0)
-            close(*fds[i]);
-        *fds[i] = -1;
-    }
+    fb_listeners_close(&core->egress);
 }

@@ -68,6 +68,20 @@ json_t *fb_net_counters(struct fb_core *core, const struct fb_sandbox_row *row);
 /* GET /metrics: the Prometheus text of tenant's sandboxes (caller frees). */
 int fb_core_metrics(struct fb_core *core, const char *tenant, char **out, fb_error_t *err);
 
+/* ---- listeners.c ----
+ * Marks l as holding nothing, so stop/close are safe before any start. */
+void fb_listeners_init(struct fb_listeners *l);
+/* Serves fd0 and fd1 (taken over: closed on failure and by close) from a
+ * thread calling ready(core, which) when fd[which] is readable. */
+int fb_listeners_start(struct fb_listeners *l, struct fb_core *core, int fd0, int fd1,
+                       void (*ready)(struct fb_core *core, int which), fb_error_t *err);
+/* Stops the thread (the sockets stay open); idempotent. */
+void fb_listeners_stop(struct fb_listeners *l);
+/* Stops the thread and closes the sockets; idempotent. */
+void fb_listeners_close(struct fb_listeners *l);
+/* Runs fn(arg) on a detached thread; false if none could be started. */
+bool fb_spawn_detached(void *(*fn)(void *), void *arg);
+
 /* ---- egress proxy (egress.c) for allowlist sandboxes' ports 80 and 443 ---- */
 int fb_egress_start(struct fb_core *core, fb_error_t *err);
 void fb_egress_stop(struct fb_core *core);
