@@ -78,6 +78,7 @@ static int fill_one(struct fb_core *core, char *id_out)
     }
     fb_strlcpy(id_out, row.id, FB_ID_MAX);
     warm_up(core, row.id);
+
     return 0;
 }
 
@@ -181,8 +182,9 @@ void fb_pool_drain(struct fb_core *core)
 int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struct fb_sandbox_row *row)
 {
     /* a warm sandbox's disk was made at the default size */
+    bool networked = strcmp(spec->network_mode, "none") != 0;
     if (strcmp(spec->template_name, POOL_TEMPLATE) != 0 || spec->res.disk_mb != FB_SPEC_DEFAULT_DISK_MB ||
-        strcmp(spec->network_mode, "none") != 0)
+        (networked && !core->net_ready))
         return -1;
     char id[FB_ID_MAX];
     pthread_mutex_lock(&core->lock);
@@ -232,9 +234,21 @@ int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struc
     }
     /* row already says what the client asked for; it takes the warm
      * sandbox's identity */
+    struct fb_sandbox_row fresh = *row;
     fb_strlcpy(row->id, warm.id, sizeof row->id);
     fb_strlcpy(row->state, warm.state, sizeof row->state);
     row->init_pid = warm.init_pid;
     row->uid_base = warm.uid_base;
+    if (networked && fb_net_attach(core, row, (pid_t)row->init_pid, spec->network_mode, &err) < 0) {
+        /* the cold path tries again and reports its own error */
+        fb_warn("warm pool: sandbox %s: %s; discarding it", row->id, err->msg);
+        fb_sandbox_delete(core, row->tenant, row->id, NULL);
+        /* the row goes back to the cold path as it came */
+        fb_strlcpy(row->id, fresh.id, sizeof row->id);
+        fb_strlcpy(row->state, fresh.state, sizeof row->state);
+        row->init_pid = fresh.init_pid;
+        row->uid_base = fresh.uid_base;
+        return -1;
+    }
     return 0;
 }

@@ -133,7 +133,8 @@ static int name_ok(const char *name, fb_error_t *err)
     return 0;
 }
 
-int fb_nl_veth_create(struct fb_nl *nl, const char *name, const char *peer, fb_error_t *err)
+int fb_nl_veth_create(struct fb_nl *nl, const char *name, const char *peer, int peer_netns_fd,
+                      fb_error_t *err)
 {
     if (name_ok(name, err) < 0 || name_ok(peer, err) < 0)
         return -1;
@@ -154,25 +155,14 @@ int fb_nl_veth_create(struct fb_nl *nl, const char *name, const char *peer, fb_e
         r.h->nlmsg_len = (uint32_t)(at + NLMSG_ALIGN(sizeof peer_hdr));
     }
     attr_put(&r, IFLA_IFNAME, peer, strlen(peer) + 1);
+    if (peer_netns_fd >= 0) {
+        uint32_t fd = (uint32_t)peer_netns_fd;
+        attr_put(&r, IFLA_NET_NS_FD, &fd, sizeof fd);
+    }
     nest_end(&r, p);
     nest_end(&r, data);
     nest_end(&r, info);
     return talk(nl, &r, "create veth pair", err);
-}
-
-int fb_nl_link_move(struct fb_nl *nl, const char *name, int netns_fd, const char *new_name, fb_error_t *err)
-{
-    int idx = link_index(name, err);
-    if (idx < 0 || (new_name != NULL && name_ok(new_name, err) < 0))
-        return -1;
-    struct nl_req r;
-    struct ifinfomsg *ifi = req_init(&r, RTM_NEWLINK, 0, sizeof(struct ifinfomsg));
-    ifi->ifi_index = idx;
-    uint32_t fd = (uint32_t)netns_fd;
-    attr_put(&r, IFLA_NET_NS_FD, &fd, sizeof fd);
-    if (new_name != NULL)
-        attr_put(&r, IFLA_IFNAME, new_name, strlen(new_name) + 1);
-    return talk(nl, &r, "move link", err);
 }
 
 int fb_nl_link_set_up(struct fb_nl *nl, const char *name, bool up, fb_error_t *err)

@@ -21,12 +21,10 @@ struct fb_nl {
 int fb_nl_open(struct fb_nl *nl, fb_error_t *err);
 void fb_nl_close(struct fb_nl *nl);
 
-/* Creates the pair name <-> peer (both down, in this namespace). */
-int fb_nl_veth_create(struct fb_nl *nl, const char *name, const char *peer, fb_error_t *err);
-
-/* Moves link name into the network namespace open at netns_fd, renaming it
- * to new_name there (NULL keeps the name). */
-int fb_nl_link_move(struct fb_nl *nl, const char *name, int netns_fd, const char *new_name, fb_error_t *err);
+/* Creates the pair name <-> peer, both down: name in this namespace, peer
+ * in the one open at peer_netns_fd (-1: this one too). */
+int fb_nl_veth_create(struct fb_nl *nl, const char *name, const char *peer, int peer_netns_fd,
+                      fb_error_t *err);
 
 /* Sets a link up or down. */
 int fb_nl_link_set_up(struct fb_nl *nl, const char *name, bool up, fb_error_t *err);

@@ -1,8 +1,8 @@
 """Sandbox networks, modes "none" and "open", against the lab internet of
 tests/netlab: what may leave a sandbox, what never may, that root inside
 cannot loosen it, that DNS goes through forkbox's resolver and is audited,
-allowlists, and that the mode changes live.  (The egress proxy with SNI and
-Host checks is not in this version.)"""
+allowlists with the egress proxy's SNI and Host checks, counters, and that the
+mode changes live."""
 import json
 import os
 import subprocess
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TCP_PORT, sh
+from conftest import TCP_PORT, sh, wait_pool_settled
 from netlab import NetLab
 
 # Run inside the sandbox: each probe prints one JSON line {"what", "ok", "detail"}.
@@ -352,6 +352,23 @@ def test_allowlist_resolves_and_reaches_only_listed_destinations(make, client, l
     events = client.get("/v1/audit?sandbox=" + sid).json()["events"]
     verdicts = {e["name"]: e["verdict"] for e in events}
     assert verdicts["allowed.test"] == "allowed" and verdicts["other.test"] == "denied", verdicts
+
+
+def test_networked_create_draws_from_the_warm_pool(daemon, make, client, lab):
+    """A networked create takes a pre-started sandbox (its namespaces made ahead) and only adds the
+    link and the policy; the result is a sandbox like any other of its mode."""
+    wait_pool_settled()
+    sid = make(network={"mode": "allowlist", "allow": ["allowed.test"]})["id"]
+    with open(daemon.log_path, encoding="utf-8", errors="replace") as f:
+        assert "sandbox %s created from the warm pool" % sid in f.read()
+    assert "eth0" in sh(client, sid, ["cat", "/proc/net/dev"])
+    assert resolve(client, sid, "allowed.test", "other.test")["allowed.test"] == "['198.18.0.10']"
+    res = probe(client, sid, "tcp,198.18.0.10,80", "tcp,198.18.0.20,80")
+    assert res["tcp,198.18.0.10,80"]["ok"] and not res["tcp,198.18.0.20,80"]["ok"], res
+    # a warm sandbox taken for mode none is still loopback-only
+    wait_pool_settled()
+    plain = make()["id"]
+    assert "eth0" not in sh(client, plain, ["cat", "/proc/net/dev"])
 
 
 def test_allowlist_dns_tunnel_reaches_nothing(make, client, lab):

@@ -40,7 +40,7 @@ static bool link_up(const char *name)
 }
 
 /* A UDP datagram from the outer end reaches a socket bound in the inner
- * namespace: addresses, routes and the move all worked. */
+ * namespace: addresses, routes and the pair made across namespaces all worked. */
 static bool udp_reaches(int inner_ns, const char *dst)
 {
     int outer = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -69,13 +69,10 @@ static int run_checks(void)
         return 1;
     if (fb_nl_link_set_up(&nl, "lo", true, &err) < 0)
         return 2;
-    if (fb_nl_veth_create(&nl, "fbt-host", "fbt-peer", &err) < 0 || if_nametoindex("fbt-peer") == 0)
+    /* a pair with both ends here */
+    if (fb_nl_veth_create(&nl, "fbt-local", "fbt-peer", -1, &err) < 0 || if_nametoindex("fbt-peer") == 0 ||
+        fb_nl_link_delete(&nl, "fbt-local", &err) < 0 || if_nametoindex("fbt-peer") != 0)
         return 3;
-    /* a second pair with the same name is refused */
-    fb_error_t dup = NULL;
-    if (fb_nl_veth_create(&nl, "fbt-host", "fbt-peer2", &dup) == 0 || dup->errno_value != EEXIST)
-        return 4;
-    fb_error_release(&dup);
     /* the inner namespace, kept open by fd while the child stays outside */
     int outer = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     if (outer < 0 || unshare(CLONE_NEWNET) < 0)
@@ -83,8 +80,15 @@ static int run_checks(void)
     int inner = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     if (inner < 0 || setns(outer, CLONE_NEWNET) < 0)
         return 6;
-    if (fb_nl_link_move(&nl, "fbt-peer", inner, "eth0", &err) < 0 || if_nametoindex("fbt-peer") != 0)
+    /* a pair whose peer is made inside: it never appears out here */
+    if (fb_nl_veth_create(&nl, "fbt-host", "eth0", inner, &err) < 0 || if_nametoindex("eth0") != 0 ||
+        if_nametoindex("fbt-host") == 0)
         return 7;
+    /* a second pair with the same name is refused */
+    fb_error_t dup = NULL;
+    if (fb_nl_veth_create(&nl, "fbt-host", "fbt-peer2", -1, &dup) == 0 || dup->errno_value != EEXIST)
+        return 4;
+    fb_error_release(&dup);
     if (fb_nl_addr_add4(&nl, "fbt-host", ip4("10.250.0.1"), 30, &err) < 0 ||
         fb_nl_link_set_up(&nl, "fbt-host", true, &err) < 0 || !link_up("fbt-host"))
         return 8;
@@ -108,7 +112,7 @@ static int run_checks(void)
         return 13;
     /* bad input is refused before the kernel sees it */
     fb_error_t bad = NULL;
-    if (fb_nl_veth_create(&nl, "a-name-much-too-long-for-a-link", "x", &bad) == 0)
+    if (fb_nl_veth_create(&nl, "a-name-much-too-long-for-a-link", "x", -1, &bad) == 0)
         return 14;
     fb_error_release(&bad);
     if (fb_nl_addr_add4(&nl, "no-such-link", ip4("10.0.0.1"), 8, &bad) == 0)
