@@ -1,6 +1,7 @@
 /* Route table: the whole v1 surface at a glance. */
 #include <string.h>
 
+#include "../core/procs.h"
 #include "api.h"
 
 static const struct fb_route routes[] = {
@@ -23,6 +24,14 @@ static const struct fb_route routes[] = {
     {"GET", "/v1/templates", FB_BODY_NONE, true, fb_h_templates_list},
     {"PUT", "/v1/templates/{}/import", FB_BODY_SPOOL, true, fb_h_template_import},
     {"DELETE", "/v1/templates/{}", FB_BODY_NONE, true, fb_h_template_delete},
+    {"POST", "/v1/sandboxes/{}/processes", FB_BODY_JSON, true, fb_h_proc_start, 4u << 20},
+    {"GET", "/v1/sandboxes/{}/processes", FB_BODY_NONE, true, fb_h_proc_list},
+    {"GET", "/v1/sandboxes/{}/processes/{}", FB_BODY_NONE, true, fb_h_proc_get},
+    {"GET", "/v1/sandboxes/{}/processes/{}/output", FB_BODY_NONE, true, fb_h_proc_output},
+    /* raw bytes, not JSON: buffered like a JSON body, never parsed */
+    {"POST", "/v1/sandboxes/{}/processes/{}/stdin", FB_BODY_JSON, true, fb_h_proc_stdin, FB_PROC_STDIN_MAX},
+    {"POST", "/v1/sandboxes/{}/processes/{}/signal", FB_BODY_JSON, true, fb_h_proc_signal},
+    {"POST", "/v1/sandboxes/{}/processes/{}/resize", FB_BODY_JSON, true, fb_h_proc_resize},
 };
 
 /* Matches path against pattern segment by segment; {} captures one

@@ -107,6 +107,72 @@ int fb_wire_recv(int fd, struct fb_frame *out)
     return 0;
 }
 
+int fb_wire_send_fds(int sock, const int *fds, size_t n)
+{
+    if (n == 0 || n > FB_WIRE_MAX_FDS)
+        return -EINVAL;
+    char byte = 'F';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(FB_WIRE_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = u.buf,
+                       .msg_controllen = CMSG_SPACE(n * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    for (;;) {
+        ssize_t r = sendmsg(sock, &m, MSG_NOSIGNAL);
+        if (r == 1)
+            return 0;
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r < 0 ? -errno : -EPROTO;
+    }
+}
+
+int fb_wire_recv_fds(int sock, int *fds, size_t n)
+{
+    if (n == 0 || n > FB_WIRE_MAX_FDS)
+        return -EINVAL;
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(FB_WIRE_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t r;
+    do
+        r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return -errno;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    size_t got = 0;
+    if (r == 1 && c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len >= CMSG_LEN(0))
+        got = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int tmp[FB_WIRE_MAX_FDS];
+    if (got > 0)
+        memcpy(tmp, CMSG_DATA(c), (got > FB_WIRE_MAX_FDS ? FB_WIRE_MAX_FDS : got) * sizeof(int));
+    /* exactly n, or none kept: a short or long set is a protocol error */
+    if (got != n || (m.msg_flags & MSG_CTRUNC)) {
+        for (size_t i = 0; i < got && i < FB_WIRE_MAX_FDS; i++)
+            close(tmp[i]);
+        return -EPROTO;
+    }
+    memcpy(fds, tmp, n * sizeof(int));
+    return 0;
+}
+
 json_t *fb_wire_frame_json(const struct fb_frame *f)
 {
     if (f->data == NULL)

@@ -71,6 +71,16 @@ int fb_wire_set_bytes(json_t *obj, const char *key, const char *bytes);
  * (bad base64, or a NUL inside). */
 int fb_wire_get_bytes(json_t *obj, const char *key, char *buf, size_t len);
 
+#define FB_WIRE_MAX_FDS 8
+
+/* Passes n (1..FB_WIRE_MAX_FDS) open fds over a unix socket with one
+ * marker byte; the fds stay the caller's.  Returns 0 or -errno. */
+int fb_wire_send_fds(int sock, const int *fds, size_t n);
+
+/* Receives exactly n fds sent by fb_wire_send_fds (close-on-exec; the
+ * caller owns them).  Any other count closes what came: -EPROTO. */
+int fb_wire_recv_fds(int sock, int *fds, size_t n);
+
 /* Parses a control frame's payload as a JSON object; NULL if it is not one. */
 json_t *fb_wire_frame_json(const struct fb_frame *f);
 

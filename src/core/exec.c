@@ -13,9 +13,7 @@ static void handle_clearp(struct fb_sandbox_handle *h)
     fb_sandbox_handle_clear(h);
 }
 
-/* Environment of a command: defaults, then the sandbox's env, then the
- * request's; later layers win. */
-static json_t *build_env(json_t *sandbox_env, json_t *exec_env)
+json_t *fb_exec_build_env(json_t *sandbox_env, json_t *exec_env)
 {
     cleanup_json json_t *merged =
         json_pack("{s:s, s:s}", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -53,7 +51,7 @@ int fb_exec_start(struct fb_core *core, const char *tenant, const char *id, cons
     cleanup_json json_t *argv = json_array();
     for (size_t i = 0; i < spec->argc; i++)
         json_array_append_new(argv, json_string(spec->argv[i]));
-    json_t *env = build_env(h.env, spec->env);
+    json_t *env = fb_exec_build_env(h.env, spec->env);
     if (env == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build environment");
     cleanup_json json_t *req =

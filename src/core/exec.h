@@ -13,6 +13,11 @@
 int fb_exec_start(struct fb_core *core, const char *tenant, const char *id, const struct fb_exec_spec *spec,
                   fb_error_t *err);
 
+/* The environment of a command as a ["K=V", ...] array (new reference; NULL
+ * without memory): defaults, then the sandbox's env, then the request's;
+ * later layers win. */
+json_t *fb_exec_build_env(json_t *sandbox_env, json_t *exec_env);
+
 /* OOM kills seen so far in the sandbox's memory cgroup (0 if unknown):
  * sampled around a command to tell whether the kernel's OOM killer ended
  * it or one of its children. */

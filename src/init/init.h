@@ -8,6 +8,7 @@
 #ifndef FB_INIT_INIT_H
 #define FB_INIT_INIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -15,6 +16,10 @@
 
 /* Serves one "exec" request on conn; never returns. */
 void fbi_exec_serve(int conn, json_t *req) __attribute__((noreturn));
+
+/* Serves one "spawn" request on conn (a background process; the worker
+ * becomes its keeper and outlives the connection); never returns. */
+void fbi_spawn_serve(int conn, json_t *req) __attribute__((noreturn));
 
 /* Serves one file operation on conn; returns the process exit status. */
 int fbi_files_serve(int conn, json_t *req);
@@ -34,5 +39,22 @@ struct fbi_user {
 /* Resolves a user name or decimal uid through the sandbox's /etc/passwd.
  * Returns 0, or -ENOENT for an unknown name. */
 int fbi_user_lookup(const char *spec, struct fbi_user *out);
+
+/* Borrowed argv/envp view of a JSON string array (at most max items), or
+ * NULL if it is not one.  The strings stay owned by arr. */
+char **fbi_json_strv(json_t *arr, size_t max);
+
+/* Reads STDIN frames up to STDIN_EOF (at most max bytes) into *buf (caller
+ * frees).  -1 after answering a bad stream, or when the daemon went away. */
+int fbi_read_stdin(int conn, size_t max, char **buf, size_t *len);
+
+/* In a forked child: becomes a session leader (ctty: in_fd is a terminal's
+ * slave and becomes the controlling terminal), takes the fds, user and cwd
+ * and execs argv.  On failure writes "errno what" to errpipe; never returns. */
+void fbi_child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **argv, char **envp, const char *cwd,
+                    const struct fbi_user *u, bool ctty) __attribute__((noreturn));
+
+/* {"exit_code": N, "signal": "NAME"|null} of a wait status (new reference). */
+json_t *fbi_status_json(int status);
 
 #endif

@@ -66,6 +66,8 @@ static void serve_connection(int conn)
     }
     if (strcmp(op, "exec") == 0)
         fbi_exec_serve(conn, req);
+    if (strcmp(op, "spawn") == 0)
+        fbi_spawn_serve(conn, req);
     _exit(fbi_files_serve(conn, req));
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -77,7 +78,7 @@ static void kill_subtree(pid_t main_pid)
     }
 }
 
-static char **json_strv(json_t *arr, size_t max)
+char **fbi_json_strv(json_t *arr, size_t max)
 {
     if (!json_is_array(arr) || json_array_size(arr) > max)
         return NULL;
@@ -124,10 +125,13 @@ static int pump_output(int conn, struct outstream *o, int64_t cap, bool *truncat
     return 1;
 }
 
-static void child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **argv, char **envp,
-                       const char *cwd, const struct fbi_user *u)
+void fbi_child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **argv, char **envp, const char *cwd,
+                    const struct fbi_user *u, bool ctty)
 {
     setsid();
+    /* a terminal's slave end becomes the session's controlling terminal */
+    if (ctty)
+        (void)ioctl(in_fd, TIOCSCTTY, 0);
     signal(SIGPIPE, SIG_DFL);
     dup2(in_fd, 0);
     dup2(out_fd, 1);
@@ -167,10 +171,58 @@ static void child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **ar
     _exit(127);
 }
 
+int fbi_read_stdin(int conn, size_t max, char **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    for (;;) {
+        struct fb_frame f;
+        if (fb_wire_recv(conn, &f) < 0)
+            return -1;
+        if (f.type == FB_MSG_STDIN_EOF) {
+            free(f.data);
+            return 0;
+        }
+        if (f.type != FB_MSG_STDIN || *len + f.len > max) {
+            free(f.data);
+            fbi_send_error(conn, EPROTO, "bad stdin stream");
+            return -1;
+        }
+        char *nb = realloc(*buf, *len + f.len + 1);
+        if (nb == NULL) {
+            free(f.data);
+            return -1;
+        }
+        *buf = nb;
+        memcpy(*buf + *len, f.data, f.len);
+        *len += f.len;
+        free(f.data);
+    }
+}
+
+json_t *fbi_status_json(int status)
+{
+    json_t *res = json_object();
+    if (res == NULL)
+        return NULL;
+    if (WIFEXITED(status)) {
+        json_object_set_new(res, "exit_code", json_integer(WEXITSTATUS(status)));
+        json_object_set_new(res, "signal", json_null());
+    } else {
+        int sig = WTERMSIG(status);
+        json_object_set_new(res, "exit_code", json_integer(128 + sig));
+        const char *name = (sig > 0 && sig < (int)(sizeof signames / sizeof signames[0]) && signames[sig])
+                               ? signames[sig]
+                               : NULL;
+        json_object_set_new(res, "signal", name ? json_string(name) : json_integer(sig));
+    }
+    return res;
+}
+
 void fbi_exec_serve(int conn, json_t *req)
 {
-    char **argv = json_strv(json_object_get(req, "argv"), 65536);
-    char **envp = json_strv(json_object_get(req, "env"), 65536);
+    char **argv = fbi_json_strv(json_object_get(req, "argv"), 65536);
+    char **envp = fbi_json_strv(json_object_get(req, "env"), 65536);
     const char *cwd = json_string_value(json_object_get(req, "cwd"));
     const char *user = json_string_value(json_object_get(req, "user"));
     json_int_t timeout_ms = json_integer_value(json_object_get(req, "timeout_ms"));
@@ -193,26 +245,8 @@ void fbi_exec_serve(int conn, json_t *req)
      * writes before it reads. */
     char *in_buf = NULL;
     size_t in_len = 0;
-    while (want_stdin) {
-        struct fb_frame f;
-        if (fb_wire_recv(conn, &f) < 0)
-            _exit(1);
-        if (f.type == FB_MSG_STDIN_EOF) {
-            free(f.data);
-            break;
-        }
-        if (f.type != FB_MSG_STDIN || in_len + f.len > STDIN_MAX) {
-            fbi_send_error(conn, EPROTO, "bad stdin stream");
-            _exit(1);
-        }
-        char *nb = realloc(in_buf, in_len + f.len + 1);
-        if (nb == NULL)
-            _exit(1);
-        in_buf = nb;
-        memcpy(in_buf + in_len, f.data, f.len);
-        in_len += f.len;
-        free(f.data);
-    }
+    if (want_stdin && fbi_read_stdin(conn, STDIN_MAX, &in_buf, &in_len) < 0)
+        _exit(1);
 
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     int pin[2], pout[2], perr[2], pex[2];
@@ -231,7 +265,7 @@ void fbi_exec_serve(int conn, json_t *req)
         _exit(1);
     }
     if (pid == 0)
-        child_exec(pin[0], pout[1], perr[1], pex[1], argv, envp, cwd, &u);
+        fbi_child_exec(pin[0], pout[1], perr[1], pex[1], argv, envp, cwd, &u, false);
     close(pin[0]);
     close(pout[1]);
     close(perr[1]);
@@ -330,18 +364,9 @@ void fbi_exec_serve(int conn, json_t *req)
     if (conn_dead)
         _exit(1);
 
-    json_t *res = json_object();
-    if (WIFEXITED(status)) {
-        json_object_set_new(res, "exit_code", json_integer(WEXITSTATUS(status)));
-        json_object_set_new(res, "signal", json_null());
-    } else {
-        int sig = WTERMSIG(status);
-        json_object_set_new(res, "exit_code", json_integer(128 + sig));
-        const char *name = (sig > 0 && sig < (int)(sizeof signames / sizeof signames[0]) && signames[sig])
-                               ? signames[sig]
-                               : NULL;
-        json_object_set_new(res, "signal", name ? json_string(name) : json_integer(sig));
-    }
+    json_t *res = fbi_status_json(status);
+    if (res == NULL)
+        _exit(1);
     json_object_set_new(res, "timed_out", json_boolean(timed_out));
     json_object_set_new(res, "truncated", json_boolean(truncated));
     json_object_set_new(res, "duration_ms", json_real(mono_ms_f() - started));
