@@ -2,7 +2,7 @@
 BUILD ?= build
 SAN_BUILD ?= build-asan
 
-.PHONY: run test test-unit test-sanitize build build-sanitize deps bench format format-check clean
+.PHONY: run test test-unit test-sanitize build build-sanitize deps install bench bench-exec format format-check clean
 
 run: ## install what is missing, build, start forkboxd and print how to use it
 	./scripts/install-deps.sh run
@@ -30,11 +30,24 @@ build-sanitize:
 deps:
 	./scripts/install-deps.sh all
 
+install: ## meson install (prefix /usr/local: bin/forkboxd, bin/forkbox, libexec/forkbox/forkbox-init) and the systemd unit
+	./scripts/install-deps.sh run
+	./scripts/build.sh $(BUILD)
+	meson install -C $(BUILD)
+	install -D -m 0644 packaging/forkboxd.service $(DESTDIR)/etc/systemd/system/forkboxd.service
+	@echo "installed; now: systemctl daemon-reload && systemctl enable --now forkboxd"
+
 bench: ## time to first command, side by side with podman and bubblewrap
 	./scripts/install-deps.sh bench
 	./scripts/build.sh $(BUILD)
 	./bench/setup-peers.sh
 	./bench/ttfc
+
+bench-exec: ## exec round trip in a warm sandbox (`true`), side by side with podman exec
+	./scripts/install-deps.sh bench
+	./scripts/build.sh $(BUILD)
+	./bench/setup-peers.sh
+	./bench/exec
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -4,7 +4,8 @@
 set -eu
 
 BUILD="meson ninja-build gcc pkgconf libmicrohttpd-dev libjansson-dev \
-libseccomp-dev libnftables-dev libsqlite3-dev libarchive-dev libcurl4-gnutls-dev libcap-dev"
+libseccomp-dev libnftables-dev libsqlite3-dev libarchive-dev libcurl4-gnutls-dev libcap-dev \
+libhttp-parser-dev"
 RUN="debootstrap iproute2 ca-certificates e2fsprogs"
 TEST="libcmocka-dev python3-pytest python3-requests clang-format openssl iptables nftables"
 BENCH="podman runc bubblewrap"

@@ -19,6 +19,10 @@
 #define FB_JSON_BODY_MAX (1u << 20)
 /* exec bodies carry stdin (up to 16 MiB, more once JSON-escaped) */
 #define FB_EXEC_BODY_MAX (40u << 20)
+/* longest URL accepted */
+#define FB_URL_MAX 4096
+/* ports in: proxied request bodies (spooled on the host) */
+#define FB_PROXY_BODY_MAX (64ll << 20)
 /* per listener: each connection is a thread */
 #define FB_CONNECTIONS_MAX 512
 
@@ -35,6 +39,8 @@ struct fb_api {
     /* bytes of uploads and archives spooled on the host's disk right now,
      * bounded by FB_SPOOL_BUDGET so that concurrent uploads cannot fill it */
     _Atomic long long spool_bytes;
+    atomic_bool stopping; /* ports in: streams and WebSocket relays end */
+    atomic_int relays;    /* WebSocket relay threads running */
 };
 
 struct fb_req;
@@ -42,11 +48,14 @@ typedef struct MHD_Response *(*fb_handler_fn)(struct fb_req *r, unsigned *status
 
 struct fb_route {
     const char *method;
-    const char *pattern; /* "/v1/sandboxes/{}/exec": {} matches one segment */
+    /* "/v1/sandboxes/{}/exec": {} matches one segment; a final {*}
+     * matches the rest of the path, even nothing */
+    const char *pattern;
     enum fb_body_mode body;
     bool auth;
     fb_handler_fn handler;
-    size_t json_max; /* FB_BODY_JSON limit; 0 means FB_JSON_BODY_MAX */
+    size_t body_max; /* FB_BODY_JSON or FB_BODY_SPOOL limit; 0: the mode's default */
+    bool share_auth; /* without Authorization, a share token may authenticate */
 };
 
 struct fb_req {
@@ -55,7 +64,8 @@ struct fb_req {
     const struct fb_route *route;
     char params[2][160]; /* path segments matched by {} */
     char tenant[64];
-    bool started;
+    char *raw_uri; /* the request target as sent (not unescaped); NULL when too long */
+    bool begun, started;
     /* body */
     char *body;
     size_t body_len, body_cap;
@@ -69,6 +79,12 @@ struct fb_req {
     fb_error_t body_err;          /* first error met while receiving the body */
     struct MHD_Response *pending; /* an early answer, sent once the body is drained */
     unsigned pending_status;
+    /* ports in: a share token authenticated the request */
+    char share_token[FB_SHARE_TOKEN_MAX];
+    int64_t share_expires;
+    bool share_set_cookie; /* it came in the query: answer with the cookie */
+    void *proxy;           /* upgrade state not yet handed to its relay */
+    void (*proxy_free)(void *);
 };
 
 /* Reserves n more bytes of the host's spool budget for r (released when
@@ -125,6 +141,13 @@ struct MHD_Response *fb_h_archive_put(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_templates_list(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_import(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_delete(struct fb_req *r, unsigned *status);
+
+struct MHD_Response *fb_h_port_proxy(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_shares_create(struct fb_req *r, unsigned *status);
+/* For share_auth routes without Authorization: accepts a valid share
+ * token (query "share" or cookie fb_share) for the route's sandbox and
+ * port, filling r->tenant; else a 401 response. */
+struct MHD_Response *fb_ports_authenticate(struct fb_req *r, unsigned *status);
 
 /* Opens the sandbox file for a streaming PUT on the first body chunk. */
 int fb_files_put_begin(struct fb_req *r, fb_error_t *err);

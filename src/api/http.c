@@ -141,7 +141,12 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned statu
 
 static size_t json_limit(const struct fb_req *r)
 {
-    return r->route->json_max ? r->route->json_max : FB_JSON_BODY_MAX;
+    return r->route->body_max ? r->route->body_max : FB_JSON_BODY_MAX;
+}
+
+static long long upload_limit(const struct fb_req *r)
+{
+    return r->route->body_max ? (long long)r->route->body_max : FB_UPLOAD_MAX;
 }
 
 static enum MHD_Result find_nul(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
@@ -170,7 +175,7 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
     }
     bool known = false, nul = false;
     MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND | MHD_HEADER_KIND, find_nul, &nul);
-    if (nul || strlen(url) > 4096)
+    if (nul || strlen(url) > FB_URL_MAX)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status,
                                  "NUL byte in the URL or a header, or URL too long");
     r->route = fb_route_match(method, url, r, &known);
@@ -180,13 +185,16 @@ static struct MHD_Response *begin(struct fb_req *r, const char *method, const ch
         return fb_resp_error_new(FB_ERR_NOT_FOUND, status, "no such endpoint: %s %s", method, url);
     }
     if (r->route->auth) {
-        struct MHD_Response *resp = authenticate(r, status);
+        /* a share URL's visitor has no key; one who sends a key uses it */
+        struct MHD_Response *resp = r->route->share_auth && fb_req_header(r, "Authorization") == NULL
+                                        ? fb_ports_authenticate(r, status)
+                                        : authenticate(r, status);
         if (resp != NULL)
             return resp;
     }
     long long limit = r->route->body == FB_BODY_JSON   ? (long long)json_limit(r)
                       : r->route->body == FB_BODY_NONE ? 0
-                                                       : FB_UPLOAD_MAX;
+                                                       : upload_limit(r);
     if (r->declared == DECLARED_INVALID)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "invalid Content-Length");
     if (r->declared > limit && r->route->body != FB_BODY_NONE)
@@ -257,9 +265,8 @@ static void take_body(struct fb_req *r, const char *data, size_t size)
         return;
     case FB_BODY_FILE:
     case FB_BODY_SPOOL:
-        if (r->received > FB_UPLOAD_MAX) {
-            fb_error_set(&r->body_err, FB_ERR_TOO_LARGE, 0, "upload exceeds %lld bytes",
-                         (long long)FB_UPLOAD_MAX);
+        if (r->received > upload_limit(r)) {
+            fb_error_set(&r->body_err, FB_ERR_TOO_LARGE, 0, "upload exceeds %lld bytes", upload_limit(r));
             return;
         }
         if (r->route->body == FB_BODY_FILE) {
@@ -292,6 +299,28 @@ static void take_body(struct fb_req *r, const char *data, size_t size)
     }
 }
 
+static struct fb_req *req_new(struct fb_api *api, struct MHD_Connection *conn)
+{
+    struct fb_req *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    r->api = api;
+    r->conn = conn;
+    r->spool_fd = -1;
+    r->file_fd = -1;
+    return r;
+}
+
+/* Called with the request target before MHD unescapes it: the proxy
+ * passes it on as the client wrote it.  The request state starts here. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct fb_req *r = req_new(cls, conn);
+    if (r != NULL && strlen(uri) <= FB_URL_MAX)
+        r->raw_uri = strdup(uri);
+    return r;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -300,14 +329,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct fb_api *api = cls;
     struct fb_req *r = *con_cls;
     if (r == NULL) {
-        r = calloc(1, sizeof *r);
+        r = req_new(api, conn);
         if (r == NULL)
             return MHD_NO;
-        r->api = api;
-        r->conn = conn;
-        r->spool_fd = -1;
-        r->file_fd = -1;
         *con_cls = r;
+    }
+    if (!r->begun) {
+        r->begun = true;
         unsigned status = 200;
         struct MHD_Response *resp = begin(r, method, url, &status);
         if (resp == NULL)
@@ -368,6 +396,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     fb_error_release(&r->body_err);
     if (r->pending != NULL)
         MHD_destroy_response(r->pending);
+    if (r->proxy != NULL)
+        r->proxy_free(r->proxy); /* an upgrade that never happened */
+    free(r->raw_uri);
     free(r);
     *con_cls = NULL;
 }
@@ -413,13 +444,16 @@ static int listen_unix(const char *path, fb_error_t *err)
 static struct MHD_Daemon *start_daemon(struct fb_api *api, int listen_fd, const char *host, uint16_t port,
                                        fb_error_t *err)
 {
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* upgrades: WebSockets of ports in */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_UPGRADE;
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
     struct MHD_Daemon *d;
     if (listen_fd >= 0) {
         d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
                              api, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
-                             on_completed, api, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+                             on_completed, api, MHD_OPTION_URI_LOG_CALLBACK, on_uri, api,
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)FB_CONNECTIONS_MAX, MHD_OPTION_END);
     } else {
         if (inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
@@ -428,8 +462,9 @@ static struct MHD_Daemon *start_daemon(struct fb_api *api, int listen_fd, const 
         }
         d = MHD_start_daemon(flags, port, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
                              api, MHD_OPTION_SOCK_ADDR, &sin, MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
-                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)FB_CONNECTIONS_MAX, MHD_OPTION_END);
+                             MHD_OPTION_URI_LOG_CALLBACK, on_uri, api, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                             (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT, (unsigned)FB_CONNECTIONS_MAX,
+                             MHD_OPTION_END);
     }
     if (d == NULL)
         fb_error_set(err, FB_ERR_INTERNAL, errno, "start HTTP listener on %s",
@@ -464,6 +499,11 @@ int fb_api_start(struct fb_api *api, struct fb_core *core, const char *unix_path
 
 void fb_api_stop(struct fb_api *api)
 {
+    /* MHD waits for upgraded connections to be closed by their relays;
+     * streams and relays notice this within half a second */
+    atomic_store(&api->stopping, true);
+    for (int i = 0; i < 100 && atomic_load(&api->relays) > 0; i++)
+        usleep(50 * 1000);
     if (api->unix_daemon)
         MHD_stop_daemon(api->unix_daemon);
     if (api->tcp_daemon)

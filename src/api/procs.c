@@ -152,8 +152,12 @@ static void out_stream_free(void *cls)
  * the offset to resume from (EventSource sends it back on reconnect). */
 static void queue_event(struct out_stream *s, json_t *ev)
 {
-    const char *type = json_string_value(json_object_get(ev, "type"));
-    if (type != NULL && (strcmp(type, "exit") == 0 || strcmp(type, "lost") == 0 || strcmp(type, "end") == 0))
+    char type[16];
+    fb_strlcpy(type,
+               json_string_value(json_object_get(ev, "type")) ? json_string_value(json_object_get(ev, "type"))
+                                                              : "message",
+               sizeof type);
+    if (strcmp(type, "exit") == 0 || strcmp(type, "lost") == 0 || strcmp(type, "end") == 0)
         s->done = true;
     cleanup_free char *j = json_dumps(ev, JSON_COMPACT);
     json_decref(ev);
@@ -167,7 +171,7 @@ static void queue_event(struct out_stream *s, json_t *ev)
     if (s->line == NULL)
         return;
     int n = s->sse ? snprintf(s->line, cap, "id: %llu\nevent: %s\ndata: %s\n\n",
-                              (unsigned long long)s->rd.offset, type ? type : "message", j)
+                              (unsigned long long)s->rd.offset, type, j)
                    : snprintf(s->line, cap, "%s\n", j);
     s->len = n > 0 && (size_t)n < cap ? (size_t)n : 0;
     s->last_ms = fb_mono_ms();

@@ -4,6 +4,9 @@
 #include "../core/procs.h"
 #include "api.h"
 
+/* ports in: share tokens may stand in for the key; bodies are spooled */
+#define PROXY FB_BODY_SPOOL, true, fb_h_port_proxy, FB_PROXY_BODY_MAX, true
+
 static const struct fb_route routes[] = {
     {"GET", "/healthz", FB_BODY_NONE, false, fb_h_healthz},
     {"GET", "/v1/info", FB_BODY_NONE, true, fb_h_info},
@@ -32,14 +35,35 @@ static const struct fb_route routes[] = {
     {"POST", "/v1/sandboxes/{}/processes/{}/stdin", FB_BODY_JSON, true, fb_h_proc_stdin, FB_PROC_STDIN_MAX},
     {"POST", "/v1/sandboxes/{}/processes/{}/signal", FB_BODY_JSON, true, fb_h_proc_signal},
     {"POST", "/v1/sandboxes/{}/processes/{}/resize", FB_BODY_JSON, true, fb_h_proc_resize},
+    {"POST", "/v1/sandboxes/{}/shares", FB_BODY_JSON, true, fb_h_shares_create},
+    /* ports in: every method a browser or an HTTP client may send */
+    {"GET", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"GET", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
+    {"HEAD", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"HEAD", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
+    {"POST", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"POST", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
+    {"PUT", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"PUT", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
+    {"PATCH", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"PATCH", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
+    {"DELETE", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"DELETE", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
+    {"OPTIONS", "/v1/sandboxes/{}/ports/{}", PROXY},
+    {"OPTIONS", "/v1/sandboxes/{}/ports/{}/{*}", PROXY},
 };
 
 /* Matches path against pattern segment by segment; {} captures one
- * non-empty segment of bounded length. */
+ * non-empty segment of bounded length, a final {*} takes whatever is left
+ * (the handler reads it from the raw URL). */
 static bool match(const char *pattern, const char *path, struct fb_req *r)
 {
     int np = 0;
-    while (*pattern && *path) {
+    while (*pattern) {
+        if (strcmp(pattern, "{*}") == 0)
+            return true;
+        if (*path == '\0')
+            break;
         if (pattern[0] == '{' && pattern[1] == '}') {
             const char *end = strchr(path, '/');
             size_t len = end ? (size_t)(end - path) : strlen(path);

@@ -130,6 +130,13 @@ int fb_cmd_run(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_cp(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_files(struct fb_cli *cli, int argc, char **argv);
 
+/* Ports in (commands_port.c) */
+int fb_cmd_port(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_spawn(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_ps(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_logs(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_kill(struct fb_cli *cli, int argc, char **argv);
+
 /* Template commands (commands_template.c) */
 int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);
 

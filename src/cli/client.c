@@ -313,10 +313,10 @@ static bool is_connect_error(CURLcode rc)
 
 static enum fb_error_kind kind_of_code(const char *code, long status)
 {
-    for (int k = FB_ERR_INTERNAL; k <= FB_ERR_UNAVAILABLE; k++)
+    for (int k = FB_ERR_INTERNAL; k <= FB_ERR_BAD_GATEWAY; k++)
         if (code != NULL && strcmp(code, fb_error_code((enum fb_error_kind)k)) == 0)
             return (enum fb_error_kind)k;
-    for (int k = FB_ERR_INTERNAL; k <= FB_ERR_UNAVAILABLE; k++)
+    for (int k = FB_ERR_INTERNAL; k <= FB_ERR_BAD_GATEWAY; k++)
         if (fb_error_http_status((enum fb_error_kind)k) == status)
             return (enum fb_error_kind)k;
     return FB_ERR_INTERNAL;

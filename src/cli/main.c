@@ -42,6 +42,12 @@ static const char main_usage[] =
     "  network       change a running sandbox's network policy (none, open, allowlist ...)\n"
     "  exec          run a command in a sandbox, streaming its output\n"
     "  run           create a sandbox, run one command in it, delete it\n"
+    "  port          print the URL of a server inside a sandbox (or a share URL)\n"
+    "Background processes:\n"
+    "  spawn         start a process that outlives this client and prints its pid\n"
+    "  ps            list a sandbox's background processes\n"
+    "  logs          print (-f: follow) a background process's output\n"
+    "  kill          send a signal to a background process\n"
     "Files:\n"
     "  cp            copy files between the host and a sandbox\n"
     "  files         ls, cat, put, rm files inside a sandbox\n"
@@ -212,8 +218,13 @@ static const struct {
     {"delete", fb_cmd_rm},
     {"ttl", fb_cmd_ttl},
     {"network", fb_cmd_network},
+    {"port", fb_cmd_port},
     {"exec", fb_cmd_exec},
     {"run", fb_cmd_run},
+    {"spawn", fb_cmd_spawn},
+    {"ps", fb_cmd_ps},
+    {"logs", fb_cmd_logs},
+    {"kill", fb_cmd_kill},
     {"cp", fb_cmd_cp},
     {"files", fb_cmd_files},
     {"template", fb_cmd_template},

@@ -72,7 +72,7 @@ static const struct {
     [FB_ERR_UNAUTHORIZED] = {401, "unauthorized"}, [FB_ERR_NOT_FOUND] = {404, "not_found"},
     [FB_ERR_CONFLICT] = {409, "conflict"},         [FB_ERR_TOO_LARGE] = {413, "payload_too_large"},
     [FB_ERR_QUOTA] = {429, "quota_exceeded"},      [FB_ERR_UNSUPPORTED] = {501, "unsupported"},
-    [FB_ERR_UNAVAILABLE] = {503, "unavailable"},
+    [FB_ERR_UNAVAILABLE] = {503, "unavailable"},   [FB_ERR_BAD_GATEWAY] = {502, "bad_gateway"},
 };
 
 int fb_error_http_status(enum fb_error_kind kind)

@@ -23,6 +23,7 @@ enum fb_error_kind {
     FB_ERR_QUOTA,        /* 429 quota_exceeded */
     FB_ERR_UNSUPPORTED,  /* 501 unsupported */
     FB_ERR_UNAVAILABLE,  /* 503 unavailable: try again later */
+    FB_ERR_BAD_GATEWAY,  /* 502 bad_gateway: a server inside a sandbox did not answer */
 };
 
 struct fb_error_s {

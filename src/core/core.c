@@ -86,6 +86,8 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "db path");
     if (fb_store_open(path, &core->store, err) < 0)
         return -1;
+    if (fb_share_key_load(core, err) < 0)
+        return -1;
     if (fb_cgroup_host_detect(&core->cgroups, NULL, err) < 0)
         return -1;
     core->kvm_missing = kvm_missing_reason();

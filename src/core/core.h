@@ -17,6 +17,7 @@
 #include "../runtime/nft.h"
 #include "../runtime/seccomp.h"
 #include "../store/store.h"
+#include "share.h"
 #include "spec.h"
 
 struct fb_core_config {
@@ -85,8 +86,9 @@ struct fb_core {
     struct fb_net_entry *net_entries; /* networked sandboxes by slot, guarded by net_lock */
     size_t n_net_entries, cap_net_entries;
     struct fb_dns_server dns;
-    struct fb_listeners egress; /* fd[0] HTTP, fd[1] TLS */
-    char disk_missing[192];     /* why not, when !disk_limits */
+    struct fb_listeners egress;                /* fd[0] HTTP, fd[1] TLS */
+    char disk_missing[192];                    /* why not, when !disk_limits */
+    unsigned char share_key[FB_SHARE_KEY_LEN]; /* signs share URLs (ports.c); read-only once open */
     volatile bool stopping;
 };
 
@@ -150,6 +152,28 @@ int fb_template_import(struct fb_core *core, const char *name, const char *tar_p
 int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err);
 /* Host path of a ready template's rootfs; not_found / unavailable. */
 int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t outlen, fb_error_t *err);
+
+/* ---- ports in (ports.c) ---- */
+/* Longest life of a share token: 7 days. */
+#define FB_SHARE_MAX_SECONDS (7 * 24 * 3600)
+/* Reads state_dir/share.key into core->share_key, creating it (0600) on
+ * first start; a short, foreign or unreadable key is an error. */
+int fb_share_key_load(struct fb_core *core, fb_error_t *err);
+/* Signs a share token for port of tenant's sandbox id valid for
+ * expires_in seconds (1..FB_SHARE_MAX_SECONDS); token FB_SHARE_TOKEN_MAX
+ * bytes.  bad_request for a bad port or lifetime, not_found. */
+int fb_share_create(struct fb_core *core, const char *tenant, const char *id, int64_t port,
+                    int64_t expires_in, char token[FB_SHARE_TOKEN_MAX], int64_t *expires_at, fb_error_t *err);
+/* Checks a share token for sandbox id and port; on success tenant_out
+ * (FB_ID_MAX bytes) receives the owner and *expires_at the expiry.  Every
+ * failure, an unknown sandbox included, is unauthorized. */
+int fb_share_verify(struct fb_core *core, const char *id, unsigned port, const char *token,
+                    char tenant_out[FB_ID_MAX], int64_t *expires_at, fb_error_t *err);
+/* Connects to 127.0.0.1:port (else [::1]:port) inside tenant's running
+ * sandbox id, from its network namespace, within 5 s.  Returns a blocking
+ * socket the caller owns, or -1: not_found, conflict (not running),
+ * bad_gateway (nothing listening, timeout). */
+int fb_port_connect(struct fb_core *core, const char *tenant, const char *id, unsigned port, fb_error_t *err);
 
 /* /v1/info body. */
 json_t *fb_core_info(struct fb_core *core);

@@ -26,6 +26,9 @@ static const char usage[] =
     "                        (the first nameserver of /etc/resolv.conf)\n"
     "  --no-default-template do not build the default template on start\n"
     "  --no-host-tuning      leave cgroup2 mount options alone (docs/architecture.md)\n"
+    "  --stop-sandboxes      on SIGTERM/SIGINT delete every sandbox before exiting "
+    "[FORKBOX_STOP_SANDBOXES=1]\n"
+    "                        (default: sandboxes keep running and are re-adopted on the next start)\n"
     "  --debug               verbose logs [FORKBOX_DEBUG=1]\n";
 
 const char *fb_daemon_usage(void)
@@ -146,6 +149,10 @@ int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, 
             cfg->debug = strcmp(eq + 1, "1") == 0 || strcmp(eq + 1, "true") == 0;
             continue;
         }
+        if (klen == 22 && strncmp(*e, "FORKBOX_STOP_SANDBOXES", 22) == 0) {
+            cfg->stop_sandboxes = strcmp(eq + 1, "1") == 0 || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
         for (size_t i = 0; i < sizeof env_map / sizeof env_map[0]; i++) {
             if (strlen(env_map[i].env) == klen && strncmp(*e, env_map[i].env, klen) == 0 &&
                 apply(cfg, env_map[i].name, eq + 1, err) < 0)
@@ -181,6 +188,10 @@ int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, 
         }
         if (strcmp(name, "no-host-tuning") == 0) {
             cfg->host_tuning = false;
+            continue;
+        }
+        if (strcmp(name, "stop-sandboxes") == 0) {
+            cfg->stop_sandboxes = true;
             continue;
         }
         char key[32];

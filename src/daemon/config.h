@@ -26,6 +26,7 @@ struct fb_daemon_config {
     bool build_default;       /* --no-default-template turns it off */
     bool host_tuning;         /* --no-host-tuning turns it off */
     bool debug;               /* --debug, FORKBOX_DEBUG=1 */
+    bool stop_sandboxes;      /* --stop-sandboxes, FORKBOX_STOP_SANDBOXES=1: delete them on SIGTERM/SIGINT */
     /* the subcommand: "serve" (default), "add-key", "version", "help" */
     char command[16];
     char command_arg[64];

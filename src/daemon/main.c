@@ -71,6 +71,38 @@ static int add_key(const struct fb_daemon_config *cfg)
     return rc;
 }
 
+/* --stop-sandboxes: deletes the sandboxes of every tenant, as DELETE
+ * /v1/sandboxes/{id} would (every process gets SIGKILL now; the reaper's
+ * final pass in fb_core_close() removes cgroups, networks and writable
+ * layers).  The warm pool (internal tenants, names starting with '_') is
+ * drained by fb_core_close() on every stop anyway.  Returns the number of
+ * sandboxes that could not be deleted. */
+static size_t stop_sandboxes(struct fb_core *core)
+{
+    struct fb_sandbox_row *rows = NULL;
+    size_t n = 0, deleted = 0, failed = 0;
+    cleanup_error fb_error_t err = NULL;
+    if (fb_store_sandbox_list(core->store, NULL, &rows, &n, &err) < 0) {
+        fb_errorf("--stop-sandboxes: cannot list sandboxes: %s", err->msg);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].tenant[0] == '_' || strcmp(rows[i].state, "deleting") == 0)
+            continue;
+        cleanup_error fb_error_t e = NULL;
+        if (fb_sandbox_delete(core, rows[i].tenant, rows[i].id, &e) < 0) {
+            fb_warn("--stop-sandboxes: cannot delete %s: %s", rows[i].id, e->msg);
+            failed++;
+        } else {
+            deleted++;
+        }
+    }
+    fb_sandbox_rows_free(rows, n);
+    fb_info("--stop-sandboxes: deleting %zu sandbox(es)%s", deleted,
+            failed ? "; some could not be deleted" : "");
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     struct fb_daemon_config cfg;
@@ -146,8 +178,14 @@ int main(int argc, char **argv)
             cfg.tcp_enabled ? cfg.listen_port : 0, cfg.state_dir);
     while (!stop_requested)
         pause();
-    fb_info("stopping; sandboxes keep running and are re-adopted on the next start");
     fb_api_stop(&api);
+    int rc = 0;
+    if (cfg.stop_sandboxes) {
+        fb_info("stopping; --stop-sandboxes: deleting every sandbox first");
+        rc = stop_sandboxes(&core) == 0 ? 0 : 1;
+    } else {
+        fb_info("stopping; sandboxes keep running and are re-adopted on the next start");
+    }
     fb_core_close(&core);
-    return 0;
+    return rc;
 }

@@ -262,7 +262,7 @@ static void serve_ctl(struct keeper *k, int c)
         json_int_t rows = json_integer_value(json_object_get(req, "rows"));
         struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
         if (!k->pty) {
-            e = ENOTTY;
+            e = EINVAL;
             msg = "the process has no terminal";
         } else if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000 || ioctl(k->in, TIOCSWINSZ, &ws) < 0) {
             e = EINVAL;

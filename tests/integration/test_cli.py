@@ -28,7 +28,7 @@ COMMANDS = [
     [], ["create"], ["ls"], ["get"], ["inspect"], ["rm"], ["ttl"], ["exec"], ["run"], ["cp"],
     ["files"], ["files", "ls"], ["files", "cat"], ["files", "put"], ["files", "rm"],
     ["template"], ["template", "ls"], ["template", "import"], ["template", "rm"],
-    ["info"], ["version"],
+    ["info"], ["version"], ["port"], ["network"], ["spawn"], ["ps"], ["logs"], ["kill"],
 ]
 
 

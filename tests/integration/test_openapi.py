@@ -156,7 +156,7 @@ def test_error_schema(doc):
     assert set(detail["properties"]) == {"code", "message"}
     assert set(detail["properties"]["code"]["enum"]) == {
         "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
-        "quota_exceeded", "internal", "unsupported", "unavailable"}
+        "quota_exceeded", "internal", "unsupported", "unavailable", "bad_gateway"}
 
 
 def test_create_sandbox_fields_match_spec_c(doc):

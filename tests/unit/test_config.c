@@ -124,12 +124,31 @@ static void test_commands(void **state)
     assert_string_equal(cfg.command, "version");
 }
 
+static void test_stop_sandboxes(void **state)
+{
+    (void)state;
+    struct fb_daemon_config cfg;
+    fb_error_t err = NULL;
+    char *argv[] = {"forkboxd", NULL};
+    assert_int_equal(parse(&cfg, 1, argv, NULL, &err), 0);
+    assert_false(cfg.stop_sandboxes); /* the default: sandboxes outlive the daemon */
+    char *flag[] = {"forkboxd", "--stop-sandboxes", NULL};
+    assert_int_equal(parse(&cfg, 2, flag, NULL, &err), 0);
+    assert_true(cfg.stop_sandboxes);
+    char *on[] = {"FORKBOX_STOP_SANDBOXES=1", NULL};
+    assert_int_equal(parse(&cfg, 1, argv, on, &err), 0);
+    assert_true(cfg.stop_sandboxes);
+    char *off[] = {"FORKBOX_STOP_SANDBOXES=0", NULL};
+    assert_int_equal(parse(&cfg, 1, argv, off, &err), 0);
+    assert_false(cfg.stop_sandboxes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),    cmocka_unit_test(test_env_then_flags),
         cmocka_unit_test(test_listen_none), cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_commands),
+        cmocka_unit_test(test_commands),    cmocka_unit_test(test_stop_sandboxes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
