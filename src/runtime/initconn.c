@@ -86,7 +86,7 @@ static enum fb_error_kind kind_for_errno(int e)
     case EFBIG:
         return FB_ERR_TOO_LARGE;
     case EAGAIN:
-    case ENOBUFS: /* a process not reading its stdin */
+    case ENOBUFS:                  /* a process not reading its stdin */
         return FB_ERR_UNAVAILABLE; /* e.g. the sandbox is at its pids limit */
     default:
         return FB_ERR_INTERNAL;
