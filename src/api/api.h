@@ -125,6 +125,8 @@ struct MHD_Response *fb_h_sandbox_ttl(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_sandbox_network(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_audit(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_metrics(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_pause(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_resume(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_start(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_list(struct fb_req *r, unsigned *status);

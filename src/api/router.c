@@ -16,6 +16,8 @@ static const struct fb_route routes[] = {
     {"DELETE", "/v1/sandboxes/{}", FB_BODY_NONE, true, fb_h_sandbox_delete},
     {"POST", "/v1/sandboxes/{}/ttl", FB_BODY_JSON, true, fb_h_sandbox_ttl},
     {"PUT", "/v1/sandboxes/{}/network", FB_BODY_JSON, true, fb_h_sandbox_network},
+    {"POST", "/v1/sandboxes/{}/pause", FB_BODY_NONE, true, fb_h_sandbox_pause},
+    {"POST", "/v1/sandboxes/{}/resume", FB_BODY_NONE, true, fb_h_sandbox_resume},
     {"GET", "/v1/audit", FB_BODY_NONE, true, fb_h_audit},
     {"GET", "/metrics", FB_BODY_NONE, true, fb_h_metrics},
     {"POST", "/v1/sandboxes/{}/exec", FB_BODY_JSON, true, fb_h_exec, FB_EXEC_BODY_MAX},

@@ -36,6 +36,22 @@ static const char *kvm_missing_reason(void)
     return NULL;
 }
 
+/* Compares the kernel's boot id with the one recorded at the last start, so
+ * that sandboxes found dead can be said to have died with the host. */
+static void note_boot(struct fb_core *core)
+{
+    char path[PATH_MAX];
+    cleanup_free char *now = NULL, *before = NULL;
+    size_t nlen = 0, blen = 0;
+    if (fb_snprintf(path, sizeof path, "%s/boot_id", core->cfg.state_dir) < 0 ||
+        fb_read_file("/proc/sys/kernel/random/boot_id", 64, &now, &nlen) < 0)
+        return;
+    if (fb_read_file(path, 64, &before, &blen) == 0)
+        core->host_rebooted = blen != nlen || memcmp(before, now, nlen) != 0;
+    if (fb_write_file(path, now, nlen, 0600) < 0)
+        fb_warn("cannot record the boot id in %s", path);
+}
+
 int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_error_t *err)
 {
     memset(core, 0, sizeof *core);
@@ -43,6 +59,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->init_fd = -1;
     core->lock_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
+    pthread_mutex_init(&core->pause_lock, NULL);
     pthread_mutex_init(&core->net_lock, NULL);
     pthread_mutex_init(&core->net_change, NULL);
     fb_listeners_init(&core->dns.l);
@@ -109,6 +126,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->init_fd = fb_container_load_init(cfg->init_path, err);
     if (core->init_fd < 0)
         return -1;
+    note_boot(core);
     fb_core_remove_orphans(core);
     if (fb_net_open(core) == 0) { /* without it, networked modes answer 501 */
         cleanup_error fb_error_t derr = NULL;
@@ -154,6 +172,8 @@ void fb_core_close(struct fb_core *core)
     core->lock_fd = -1;
     pthread_cond_destroy(&core->pool_cond);
     pthread_cond_destroy(&core->reaper_cond);
+    fb_idle_free(core);
+    pthread_mutex_destroy(&core->pause_lock);
     pthread_mutex_destroy(&core->lock);
 }
 

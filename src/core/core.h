@@ -74,13 +74,16 @@ struct fb_core {
     pthread_cond_t pool_cond;
     pthread_cond_t reaper_cond; /* wakes the reaper: a delete left work */
     bool cleanup_wanted;
-    const char *kvm_missing; /* why hardware virtualisation is unusable, or NULL */
-    bool favordynmods;       /* host tuning in effect */
-    bool disk_limits;        /* each writable layer is a filesystem of its own size */
-    bool net_ready;          /* the host-side nftables table is in place */
-    char net_table[32];      /* its name, forkbox_<first uid slot> */
-    char net_missing[320];   /* why sandbox networks are unavailable */
-    struct fb_nft nft;       /* guarded by net_lock: libnftables contexts are not thread-safe */
+    const char *kvm_missing;    /* why hardware virtualisation is unusable, or NULL */
+    bool favordynmods;          /* host tuning in effect */
+    bool disk_limits;           /* each writable layer is a filesystem of its own size */
+    bool net_ready;             /* the host-side nftables table is in place */
+    bool host_rebooted;         /* the kernel's boot id changed since the last start */
+    struct fb_idle *idle;       /* when each sandbox was last asked for something (pause.c) */
+    pthread_mutex_t pause_lock; /* pause, resume and idle pauses, one at a time */
+    char net_table[32];         /* its name, forkbox_<first uid slot> */
+    char net_missing[320];      /* why sandbox networks are unavailable */
+    struct fb_nft nft;          /* guarded by net_lock: libnftables contexts are not thread-safe */
     pthread_mutex_t net_lock;
     pthread_mutex_t net_change;       /* one network mode change at a time */
     struct fb_net_entry *net_entries; /* networked sandboxes by slot, guarded by net_lock */
@@ -132,6 +135,13 @@ struct fb_sandbox_handle {
     json_t *env; /* owned: the sandbox's env */
 };
 void fb_sandbox_handle_clear(struct fb_sandbox_handle *h);
+
+/* Freezes a running sandbox's processes (memory kept) / lets them go on.
+ * *out is the sandbox's object.  unsupported without a cgroup freezer;
+ * conflict in another state.  Pausing a paused one is not an error. */
+int fb_sandbox_pause(struct fb_core *core, const char *tenant, const char *id, json_t **out, fb_error_t *err);
+int fb_sandbox_resume(struct fb_core *core, const char *tenant, const char *id, json_t **out,
+                      fb_error_t *err);
 
 /* Finds a running sandbox of tenant.  not_found / conflict (not running). */
 int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_handle *h,

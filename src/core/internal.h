@@ -22,6 +22,21 @@ void fb_core_remove_orphans(struct fb_core *core);
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
 
+/* The stored row of a sandbox clients may still see (not being deleted),
+ * marked stopped first if its init died, resumed first if an idle pause
+ * holds it.  not_found; fills *row (caller clears it). */
+int fb_core_live_row(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
+                     fb_error_t *err);
+
+/* ---- pauses (pause.c) ---- */
+/* Records a request for row's sandbox and, if an idle pause holds it,
+ * resumes it (row is updated).  -1 when the thaw failed. */
+int fb_core_wake(struct fb_core *core, struct fb_sandbox_row *row, fb_error_t *err);
+/* Pauses running sandboxes whose idle_timeout has passed with only init
+ * left in them.  Reaper thread. */
+void fb_sandbox_pause_idle(struct fb_core *core);
+void fb_idle_free(struct fb_core *core);
+
 /* ---- sandbox networks (net.c) ----
  * Opens the host-side nftables table (replacing any earlier one); on
  * failure networked modes answer 501 and net_missing says why. */

@@ -21,6 +21,7 @@
 #include "../common/cleanup.h"
 #include "../common/util.h"
 #include "core.h"
+#include "internal.h"
 
 #define CONNECT_TIMEOUT_MS 5000
 
@@ -93,17 +94,6 @@ int fb_share_key_load(struct fb_core *core, fb_error_t *err)
 
 /* ---- share tokens ---- */
 
-/* The stored row of a sandbox clients may still see (not being deleted). */
-static int live_row(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
-                    fb_error_t *err)
-{
-    if (fb_store_sandbox_get(core->store, tenant, id, row, err) < 0)
-        return -1;
-    if (strcmp(row->state, "deleting") == 0)
-        return fb_error_set(err, FB_ERR_NOT_FOUND, 0, "sandbox %s not found", id);
-    return 0;
-}
-
 int fb_share_create(struct fb_core *core, const char *tenant, const char *id, int64_t port,
                     int64_t expires_in, char token[FB_SHARE_TOKEN_MAX], int64_t *expires_at, fb_error_t *err)
 {
@@ -113,7 +103,7 @@ int fb_share_create(struct fb_core *core, const char *tenant, const char *id, in
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "expires_in: must be 1..%d seconds",
                             FB_SHARE_MAX_SECONDS);
     cleanup_row struct fb_sandbox_row row = {0};
-    if (live_row(core, tenant, id, &row, err) < 0)
+    if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     int64_t expiry = fb_now_ms() / 1000 + expires_in;
     if (fb_share_sign(core->share_key, row.tenant, row.id, (unsigned)port, expiry, token) < 0)
@@ -127,8 +117,9 @@ int fb_share_verify(struct fb_core *core, const char *id, unsigned port, const c
 {
     cleanup_row struct fb_sandbox_row row = {0};
     cleanup_error fb_error_t lerr = NULL;
-    /* an unknown sandbox looks like a bad token: no existence oracle */
-    if (live_row(core, NULL, id, &row, &lerr) < 0 ||
+    /* an unknown sandbox looks like a bad token: no existence oracle; and
+     * an unchecked token must not wake a paused sandbox, so no live_row */
+    if (fb_store_sandbox_get(core->store, NULL, id, &row, &lerr) < 0 || strcmp(row.state, "deleting") == 0 ||
         fb_share_check(core->share_key, row.tenant, row.id, port, token, fb_now_ms() / 1000, expires_at) < 0)
         return fb_error_set(err, FB_ERR_UNAUTHORIZED, 0, "invalid or expired share token");
     fb_strlcpy(tenant_out, row.tenant, FB_ID_MAX);
@@ -238,7 +229,7 @@ int fb_port_connect(struct fb_core *core, const char *tenant, const char *id, un
     if (port < 1 || port > 65535)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "port: must be 1..65535");
     cleanup_row struct fb_sandbox_row row = {0};
-    if (live_row(core, tenant, id, &row, err) < 0)
+    if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     if (strcmp(row.state, "running") != 0 || row.init_pid <= 0)
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);

@@ -1,4 +1,5 @@
-/* The reaper thread: expires sandboxes whose TTL has passed. */
+/* The reaper thread: expires sandboxes whose TTL has passed and pauses
+ * idle ones. */
 #include <time.h>
 
 #include "core.h"
@@ -10,10 +11,14 @@ static void *reaper_main(void *arg)
 {
     struct fb_core *core = arg;
     bool retry = true; /* rows left "deleting" by a previous run */
+    unsigned tick = 0;
     while (!core->stopping) {
         if (retry)
             retry = fb_sandbox_finish_deletes(core) > 0;
         fb_sandbox_reap_expired(core);
+        /* idle timeouts are whole seconds: a look every second is enough */
+        if (tick++ % (1000 / REAPER_INTERVAL_MS) == 0)
+            fb_sandbox_pause_idle(core);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += REAPER_INTERVAL_MS * 1000000L;

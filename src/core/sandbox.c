@@ -52,6 +52,8 @@ static json_t *row_to_json(const struct fb_sandbox_row *row)
     fb_time_format(row->created_ms, created, sizeof created);
     json_object_set_new(o, "id", json_string(row->id));
     json_object_set_new(o, "state", json_string(row->state));
+    if (row->state_reason[0] != '\0')
+        json_object_set_new(o, "state_reason", json_string(row->state_reason));
     json_object_set_new(o, "template", json_string(row->template_name));
     json_object_set_new(o, "created_at", json_string(created));
     if (row->expires_ms >= 0) {
@@ -61,8 +63,8 @@ static json_t *row_to_json(const struct fb_sandbox_row *row)
         json_object_set_new(o, "expires_at", json_null());
     }
     if (json_is_object(spec)) {
-        static const char *const keys[] = {"ttl",     "on_expire", "labels", "env",
-                                           "workdir", "resources", "network"};
+        static const char *const keys[] = {"ttl", "idle_timeout", "on_expire", "labels",
+                                           "env", "workdir",      "resources", "network"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             json_t *v = json_object_get(spec, keys[i]);
             if (v != NULL)
@@ -256,20 +258,45 @@ int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_
 }
 
 /* A stored row that clients may still see: one being deleted is gone. */
-static int get_live_row(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
-                        fb_error_t *err)
+/* A sandbox recorded as running whose init is gone (killed from the host,
+ * or the host restarted under a daemon that was not there to see it) is
+ * never reported as running: it is marked stopped, with the reason. */
+static void check_alive(struct fb_core *core, struct fb_sandbox_row *row, const char *reason)
+{
+    if (strcmp(row->state, "running") != 0 || fb_container_alive((pid_t)row->init_pid))
+        return;
+    fb_warn("sandbox %s: init (pid %lld) is gone, marking it stopped (files kept)", row->id,
+            (long long)row->init_pid);
+    fb_container_kill((pid_t)row->init_pid); /* reaps it, if it was our child */
+    fb_net_detach(core, row);
+    fb_cgroup_destroy(&core->cgroups, row->id, NULL);
+    fb_strlcpy(row->state, "stopped", sizeof row->state);
+    fb_strlcpy(row->state_reason, reason, sizeof row->state_reason);
+    row->init_pid = 0;
+    cleanup_error fb_error_t err = NULL;
+    if (fb_store_sandbox_update(core->store, row, &err) < 0)
+        fb_warn("sandbox %s: record the stop: %s", row->id, err->msg);
+}
+
+#define GONE_WHILE_RUNNING                                                                                   \
+    "its processes were killed from outside forkbox while the daemon ran; its files are kept, delete it "    \
+    "when done"
+
+int fb_core_live_row(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
+                     fb_error_t *err)
 {
     if (fb_store_sandbox_get(core->store, tenant, id, row, err) < 0)
         return -1;
     if (strcmp(row->state, "deleting") == 0)
         return fb_error_set(err, FB_ERR_NOT_FOUND, 0, "sandbox %s not found", id);
-    return 0;
+    check_alive(core, row, GONE_WHILE_RUNNING);
+    return fb_core_wake(core, row, err);
 }
 
 int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, json_t **out, fb_error_t *err)
 {
     cleanup_row struct fb_sandbox_row row = {0};
-    if (get_live_row(core, tenant, id, &row, err) < 0)
+    if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     json_t *o = row_to_json(&row);
     struct fb_cgroup_usage u = {0};
@@ -321,6 +348,8 @@ int fb_sandbox_list(struct fb_core *core, const char *tenant, const char *const 
         return -1;
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
+        if (strcmp(rows[i].tenant, FB_POOL_TENANT) != 0)
+            check_alive(core, &rows[i], GONE_WHILE_RUNNING);
         if ((state != NULL && strcmp(rows[i].state, state) != 0) || strcmp(rows[i].state, "deleting") == 0)
             continue;
         json_t *o = row_to_json(&rows[i]);
@@ -341,6 +370,11 @@ static int destroy_row(struct fb_core *core, const struct fb_sandbox_row *row, f
     struct fb_container_config cc;
     fb_core_container_config(core, row, "", &paths, &cc);
     fb_net_detach(core, row);
+    /* frozen tasks cannot die: a paused sandbox is thawed to be killed */
+    if (fb_cgroup_can_freeze(&core->cgroups)) {
+        cleanup_error fb_error_t terr = NULL;
+        fb_cgroup_freeze(&core->cgroups, row->id, false, &terr);
+    }
     if (fb_container_destroy(&cc, (pid_t)row->init_pid, err) < 0)
         return -1;
     if (fb_store_sandbox_delete(core->store, row->id, err) < 0)
@@ -357,7 +391,7 @@ static int destroy_row(struct fb_core *core, const struct fb_sandbox_row *row, f
 int fb_sandbox_delete(struct fb_core *core, const char *tenant, const char *id, fb_error_t *err)
 {
     cleanup_row struct fb_sandbox_row row = {0};
-    if (get_live_row(core, tenant, id, &row, err) < 0)
+    if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     fb_container_signal((pid_t)row.init_pid);
     fb_strlcpy(row.state, "deleting", sizeof row.state);
@@ -399,7 +433,7 @@ int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id,
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "ttl: must be an integer between 0 and %lld",
                             (long long)FB_TTL_MAX);
     cleanup_row struct fb_sandbox_row row = {0};
-    if (get_live_row(core, tenant, id, &row, err) < 0)
+    if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     row.expires_ms = ttl_s > 0 ? fb_now_ms() + ttl_s * 1000 : -1;
     cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
@@ -438,7 +472,7 @@ int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char 
     /* one change at a time: two racing changes would fight over the link */
     pthread_mutex_lock(&core->net_change);
     cleanup_row struct fb_sandbox_row row = {0};
-    int rc = get_live_row(core, tenant, id, &row, err);
+    int rc = fb_core_live_row(core, tenant, id, &row, err);
     if (rc == 0 && strcmp(row.state, "running") != 0)
         rc = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
     char cur[FB_NET_MODE_MAX];
@@ -490,10 +524,11 @@ int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, st
 {
     memset(h, 0, sizeof *h);
     cleanup_row struct fb_sandbox_row row = {0};
-    if (get_live_row(core, tenant, id, &row, err) < 0)
+    if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
     if (strcmp(row.state, "running") != 0)
-        return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
+        return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s%s%s", id, row.state,
+                            row.state_reason[0] ? ": " : "", row.state_reason);
     struct fb_core_paths paths;
     struct fb_container_config cc;
     fb_core_container_config(core, &row, "", &paths, &cc);
@@ -587,6 +622,14 @@ int fb_core_readopt(struct fb_core *core, fb_error_t *err)
         struct fb_container_config cc;
         fb_core_container_config(core, row, "", &paths, &cc);
         bool alive = false;
+        if (strcmp(row->state, "paused") == 0 && fb_container_alive((pid_t)row->init_pid)) {
+            /* frozen: its init cannot answer a ping, and need not */
+            char mode[FB_NET_MODE_MAX];
+            fb_net_row_mode(row, mode);
+            fb_net_restore(core, row, mode);
+            fb_info("sandbox %s re-adopted, paused (init pid %lld)", row->id, (long long)row->init_pid);
+            continue;
+        }
         if (row->init_pid > 0 && fb_container_alive((pid_t)row->init_pid)) {
             cleanup_json json_t *req = json_pack("{s:s, s:s}", "op", "ping", "path", "/");
             cleanup_error fb_error_t e = NULL;
@@ -615,6 +658,14 @@ int fb_core_readopt(struct fb_core *core, fb_error_t *err)
             fb_warn("sandbox %s: init is gone, marking it stopped (files kept)", row->id);
             fb_cgroup_destroy(&core->cgroups, row->id, NULL);
             fb_strlcpy(row->state, "stopped", sizeof row->state);
+            fb_strlcpy(
+                row->state_reason,
+                core->host_rebooted
+                    ? "the host restarted since the sandbox was started: its processes and memory are "
+                      "gone; its files are kept, delete it when done"
+                    : "its processes were gone when forkboxd started (killed while no daemon ran); its "
+                      "files are kept, delete it when done",
+                sizeof row->state_reason);
             row->init_pid = 0;
             fb_store_sandbox_update(core->store, row, NULL);
         }

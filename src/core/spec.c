@@ -296,8 +296,8 @@ static void create_defaults(struct fb_create_spec *s)
 
 static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_t *err)
 {
-    static const char *const fields[] = {"template", "ttl",       "on_expire", "labels", "env",
-                                         "workdir",  "resources", "network",   NULL};
+    static const char *const fields[] = {"template", "ttl",       "on_expire", "labels",       "env",
+                                         "workdir",  "resources", "network",   "idle_timeout", NULL};
     if (!json_is_object(body))
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "request body must be a JSON object");
     if (check_fields(body, fields, "", err) < 0)
@@ -317,6 +317,13 @@ static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_
         if (get_int(v, "ttl", 0, FB_TTL_MAX, &ttl, err) < 0)
             return -1;
         s->ttl_s = ttl;
+    }
+    v = json_object_get(body, "idle_timeout");
+    if (!is_null_or_absent(v)) {
+        long long idle;
+        if (get_int(v, "idle_timeout", 0, FB_TTL_MAX, &idle, err) < 0)
+            return -1;
+        s->idle_timeout_s = idle;
     }
     v = json_object_get(body, "on_expire");
     if (!is_null_or_absent(v)) {
@@ -381,9 +388,10 @@ json_t *fb_create_spec_to_json(const struct fb_create_spec *s)
     json_t *env = s->env != NULL ? json_deep_copy(s->env) : json_object();
     json_t *allow = s->allow != NULL ? json_deep_copy(s->allow) : json_array();
     /* json_pack releases the "o" references it was given even when it fails */
-    return json_pack("{s:s, s:I, s:s, s:o, s:o, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:o}}", "template",
-                     s->template_name, "ttl", (json_int_t)s->ttl_s, "on_expire", s->on_expire, "labels",
-                     labels, "env", env, "workdir", s->workdir, "resources", "cpus", s->res.cpus, "memory_mb",
+    return json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:o}}", "template",
+                     s->template_name, "ttl", (json_int_t)s->ttl_s, "idle_timeout",
+                     (json_int_t)s->idle_timeout_s, "on_expire", s->on_expire, "labels", labels, "env", env,
+                     "workdir", s->workdir, "resources", "cpus", s->res.cpus, "memory_mb",
                      (json_int_t)s->res.memory_mb, "pids", (json_int_t)s->res.pids, "disk_mb",
                      (json_int_t)s->res.disk_mb, "network", "mode", s->network_mode, "allow", allow);
 }

@@ -40,6 +40,7 @@ struct fb_resources {
 struct fb_create_spec {
     char template_name[FB_TEMPLATE_NAME_MAX + 1]; /* default "default" */
     int64_t ttl_s;                                /* 0: never expires */
+    int64_t idle_timeout_s;                       /* 0: never paused for idleness */
     char on_expire[16];                           /* "delete" (default), "pause", "hibernate" */
     json_t *labels;                               /* owned: object of string -> string */
     json_t *env;                                  /* owned: object of string -> string */

@@ -33,7 +33,7 @@
 #define CG_PROCS_FILE_MAX (4 * 1024 * 1024)
 #define CG_CONTROLLERS "+memory +pids +cpu"
 
-enum cg_ctl { CG_MEM, CG_PIDS, CG_CPU, CG_CPUACCT, CG_NCTL };
+enum cg_ctl { CG_MEM, CG_PIDS, CG_CPU, CG_CPUACCT, CG_FREEZER, CG_NCTL };
 
 /* ---- small file helpers (-errno, no error object) ---- */
 
@@ -129,10 +129,11 @@ static const char *parent_of(const struct fb_cgroup_host *h)
     return h->parent[0] != '\0' ? h->parent : CG_PARENT;
 }
 
-/* Mount point of a controller; "" when it is not mounted (v1 cpuacct). */
+/* Mount point of a controller; "" when it is not mounted (v1 cpuacct,
+ * freezer). */
 static const char *mount_of(const struct fb_cgroup_host *h, enum cg_ctl c)
 {
-    const char *v1[CG_NCTL] = {h->v1_memory, h->v1_pids, h->v1_cpu, h->v1_cpuacct};
+    const char *v1[CG_NCTL] = {h->v1_memory, h->v1_pids, h->v1_cpu, h->v1_cpuacct, h->v1_freezer};
     return h->mode == FB_CGROUP_V2 ? h->v2_root : v1[c];
 }
 
@@ -289,6 +290,8 @@ static int take_cgroup_mount(void *ctx, const char *mnt, const char *fstype, con
             take_mount(h->v1_cpu, mnt);
         if (list_has(opts, "cpuacct", ","))
             take_mount(h->v1_cpuacct, mnt);
+        if (list_has(opts, "freezer", ","))
+            take_mount(h->v1_freezer, mnt);
     }
     return 0;
 }
@@ -388,7 +391,7 @@ int fb_cgroup_host_detect(struct fb_cgroup_host *h, const char *mountinfo_path, 
         return -1;
     if (h->v2_root[0] != '\0') {
         h->mode = FB_CGROUP_V2;
-        h->v1_memory[0] = h->v1_pids[0] = h->v1_cpu[0] = h->v1_cpuacct[0] = '\0';
+        h->v1_memory[0] = h->v1_pids[0] = h->v1_cpu[0] = h->v1_cpuacct[0] = h->v1_freezer[0] = '\0';
     } else if (h->v1_memory[0] != '\0' && h->v1_pids[0] != '\0' && h->v1_cpu[0] != '\0') {
         h->mode = FB_CGROUP_V1;
     } else {
@@ -574,6 +577,45 @@ int fb_cgroup_exists(const struct fb_cgroup_host *h, const char *name)
         if (stat(d.path[i], &st) == 0 && S_ISDIR(st.st_mode))
             return 1;
     return 0;
+}
+
+/* ---- freezer ---- */
+
+bool fb_cgroup_can_freeze(const struct fb_cgroup_host *h)
+{
+    return h->mode == FB_CGROUP_V2 || h->v1_freezer[0] != '\0';
+}
+
+int fb_cgroup_freeze(const struct fb_cgroup_host *h, const char *name, bool frozen, fb_error_t *err)
+{
+    if (check_name(name, err) < 0)
+        return -1;
+    if (!fb_cgroup_can_freeze(h))
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "no cgroup freezer on this host");
+    char dir[PATH_MAX];
+    if (dir_of(h, h->mode == FB_CGROUP_V2 ? CG_MEM : CG_FREEZER, name, dir) < 0)
+        return path_error(err, name);
+    bool v2 = h->mode == FB_CGROUP_V2;
+    int r = v2 ? cg_write(dir, "cgroup.freeze", frozen ? "1" : "0")
+               : cg_write(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
+    if (r < 0)
+        return fb_error_set(err, r == -ENOENT ? FB_ERR_CONFLICT : FB_ERR_INTERNAL, -r, "%s the cgroup of %s",
+                            frozen ? "freeze" : "thaw", name);
+    /* freezing takes effect task by task: wait until every one is stopped
+     * (a task in an uninterruptible sleep can hold it up a while) */
+    for (int i = 0; i < 500; i++) {
+        cleanup_free char *state = NULL;
+        uint64_t v = 0;
+        bool done = v2 ? cg_read_key(dir, "cgroup.events", "frozen", &v) == 0 && (v == 1) == frozen
+                       : cg_read(dir, "freezer.state", CG_SMALL_FILE_MAX, &state) == 0 &&
+                             strncmp(state, frozen ? "FROZEN" : "THAWED", frozen ? 6 : 6) == 0;
+        if (done)
+            return 0;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return fb_error_set(err, FB_ERR_UNAVAILABLE, ETIMEDOUT, "the cgroup of %s did not %s within 5 s", name,
+                        frozen ? "freeze" : "thaw");
 }
 
 /* ---- destroy ---- */

@@ -24,6 +24,7 @@ struct fb_cgroup_host {
     char v1_pids[PATH_MAX];
     char v1_cpu[PATH_MAX];
     char v1_cpuacct[PATH_MAX]; /* v1: CPU time lives here; "" if not mounted, may equal v1_cpu */
+    char v1_freezer[PATH_MAX]; /* v1: pause and resume; "" if not mounted */
     char parent[64];           /* name of forkbox's parent cgroup, "forkbox" */
 };
 
@@ -78,5 +79,12 @@ int fb_cgroup_oom_kills(const struct fb_cgroup_host *h, const char *name, uint64
 
 /* Whether the cgroup exists (in any controller). */
 int fb_cgroup_exists(const struct fb_cgroup_host *h, const char *name);
+
+/* Whether sandboxes can be paused here (v2, or a v1 freezer hierarchy). */
+bool fb_cgroup_can_freeze(const struct fb_cgroup_host *h);
+
+/* Freezes (or thaws) every task of cgroup name and waits until it is done.
+ * unsupported without a freezer; conflict when the cgroup is gone. */
+int fb_cgroup_freeze(const struct fb_cgroup_host *h, const char *name, bool frozen, fb_error_t *err);
 
 #endif

@@ -7,7 +7,8 @@
 #include "../common/util.h"
 #include "internal.h"
 
-#define SANDBOX_COLS "id, tenant_id, state, template, created_ms, expires_ms, init_pid, uid_base, spec_json"
+#define SANDBOX_COLS                                                                                         \
+    "id, tenant_id, state, template, created_ms, expires_ms, init_pid, uid_base, spec_json, state_reason"
 
 void fb_sandbox_row_clear(struct fb_sandbox_row *row)
 {
@@ -65,6 +66,9 @@ static int sandbox_load(sqlite3 *db, sqlite3_stmt *st, struct fb_sandbox_row *ou
     out->expires_ms = sqlite3_column_type(st, 5) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 5);
     out->init_pid = sqlite3_column_int64(st, 6);
     out->uid_base = sqlite3_column_int64(st, 7);
+    if (sqlite3_column_type(st, 9) != SQLITE_NULL &&
+        sq_col_copy(db, st, 9, out->state_reason, sizeof out->state_reason, err) < 0)
+        return -1;
     return sq_col_dup(db, st, 8, &out->spec_json, err);
 }
 
@@ -76,7 +80,8 @@ int fb_store_sandbox_insert(fb_store *s, const struct fb_sandbox_row *row, fb_er
     cleanup_unlock pthread_mutex_t *lock = sq_lock(s);
     cleanup_stmt sqlite3_stmt *st = NULL;
     if (sq_prepare(s->db, &st,
-                   "INSERT INTO sandboxes (" SANDBOX_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                   "INSERT INTO sandboxes (" SANDBOX_COLS
+                   ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                    err) < 0)
         return -1;
     if (sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC) != SQLITE_OK ||
@@ -87,7 +92,8 @@ int fb_store_sandbox_insert(fb_store *s, const struct fb_sandbox_row *row, fb_er
         bind_expires(st, 6, row->expires_ms) != SQLITE_OK ||
         sqlite3_bind_int64(st, 7, row->init_pid) != SQLITE_OK ||
         sqlite3_bind_int64(st, 8, row->uid_base) != SQLITE_OK ||
-        sqlite3_bind_text(st, 9, row->spec_json, -1, SQLITE_STATIC) != SQLITE_OK)
+        sqlite3_bind_text(st, 9, row->spec_json, -1, SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_bind_text(st, 10, row->state_reason, -1, SQLITE_STATIC) != SQLITE_OK)
         return sq_fail(s->db, err, "bind sandbox");
     int rc = sqlite3_step(st);
     if (sq_is_constraint(rc))
@@ -106,7 +112,7 @@ int fb_store_sandbox_update(fb_store *s, const struct fb_sandbox_row *row, fb_er
     cleanup_stmt sqlite3_stmt *st = NULL;
     if (sq_prepare(s->db, &st,
                    "UPDATE sandboxes SET state = ?2, expires_ms = ?3, init_pid = ?4, spec_json = ?5,"
-                   " tenant_id = ?6, created_ms = ?7 WHERE id = ?1",
+                   " tenant_id = ?6, created_ms = ?7, state_reason = ?8 WHERE id = ?1",
                    err) < 0)
         return -1;
     if (sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC) != SQLITE_OK ||
@@ -115,7 +121,8 @@ int fb_store_sandbox_update(fb_store *s, const struct fb_sandbox_row *row, fb_er
         sqlite3_bind_int64(st, 4, row->init_pid) != SQLITE_OK ||
         sqlite3_bind_text(st, 5, row->spec_json, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_text(st, 6, row->tenant, -1, SQLITE_STATIC) != SQLITE_OK ||
-        sqlite3_bind_int64(st, 7, row->created_ms) != SQLITE_OK)
+        sqlite3_bind_int64(st, 7, row->created_ms) != SQLITE_OK ||
+        sqlite3_bind_text(st, 8, row->state_reason, -1, SQLITE_STATIC) != SQLITE_OK)
         return sq_fail(s->db, err, "bind sandbox");
     if (sq_step_done(s->db, st, "update sandbox", err) < 0)
         return -1;

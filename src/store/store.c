@@ -189,6 +189,9 @@ static const char *const migrations[] = {
     "CREATE TABLE templates (name TEXT PRIMARY KEY NOT NULL, source TEXT NOT NULL,"
     "  created_ms INTEGER NOT NULL, size_bytes INTEGER NOT NULL);"
     "PRAGMA user_version = 1;",
+    /* 2: why a sandbox is in its state (e.g. why it stopped) */
+    "ALTER TABLE sandboxes ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';"
+    "PRAGMA user_version = 2;",
 };
 #define SCHEMA_VERSION ((int64_t)(sizeof migrations / sizeof migrations[0]))
 

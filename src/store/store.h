@@ -50,11 +50,12 @@ struct fb_sandbox_row {
     char tenant[FB_ID_MAX];
     char state[16]; /* starting|running|paused|hibernated|stopped */
     char template_name[FB_NAME_MAX];
-    int64_t created_ms; /* unix epoch milliseconds */
-    int64_t expires_ms; /* -1: never */
-    int64_t init_pid;   /* host pid of forkbox-init, 0 if none */
-    int64_t uid_base;   /* first host uid of the sandbox's range */
-    char *spec_json;    /* owned: the validated create request */
+    int64_t created_ms;     /* unix epoch milliseconds */
+    int64_t expires_ms;     /* -1: never */
+    int64_t init_pid;       /* host pid of forkbox-init, 0 if none */
+    int64_t uid_base;       /* first host uid of the sandbox's range */
+    char *spec_json;        /* owned: the validated create request */
+    char state_reason[256]; /* why it is in its state ("" when nothing to say) */
 };
 
 void fb_sandbox_row_clear(struct fb_sandbox_row *row);
@@ -62,7 +63,7 @@ void fb_sandbox_row_clear(struct fb_sandbox_row *row);
 /* Inserts a new row; FB_ERR_CONFLICT if the id exists. */
 int fb_store_sandbox_insert(fb_store *s, const struct fb_sandbox_row *row, fb_error_t *err);
 
-/* Rewrites state, expires_ms, init_pid, spec_json, tenant and created_ms
+/* Rewrites state, state_reason, expires_ms, init_pid, spec_json, tenant and created_ms
  * of an existing row (a warm sandbox changes hands this way). */
 int fb_store_sandbox_update(fb_store *s, const struct fb_sandbox_row *row, fb_error_t *err);
 

@@ -130,7 +130,7 @@ static void test_open_private_wal(void **state)
     cleanup_free char *mode = raw_text(f->path, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     cleanup_free char *version = raw_text(f->path, "PRAGMA user_version");
-    assert_string_equal(version, "1");
+    assert_string_equal(version, "2");
     cleanup_free char *indexes = raw_text(f->path, "SELECT group_concat(name, ',') FROM (SELECT name FROM "
                                                    "sqlite_master WHERE type = 'index' AND tbl_name = "
                                                    "'sandboxes' AND sql IS NOT NULL ORDER BY name)");
@@ -158,7 +158,7 @@ static void test_newer_schema_refused(void **state)
     assert_null(s);
 
     /* Put it back so teardown has a store to close. */
-    free(raw_text(f->path, "PRAGMA user_version = 1"));
+    free(raw_text(f->path, "PRAGMA user_version = 2"));
     reopen(f);
 }
 
@@ -260,11 +260,13 @@ static void test_sandbox_crud(void **state)
     expect_kind(fb_store_sandbox_get(f->s, NULL, long_id, &out, &err), &err, FB_ERR_NOT_FOUND);
 
     struct fb_sandbox_row up = sbx("sbx_1", "t1", 1000, 5000, 100000, "{\"ttl\":4}");
-    assert_int_equal(fb_strlcpy(up.state, "paused", sizeof up.state), 0);
+    assert_int_equal(fb_strlcpy(up.state, "stopped", sizeof up.state), 0);
+    assert_int_equal(fb_strlcpy(up.state_reason, "init exited", sizeof up.state_reason), 0);
     up.init_pid = 0;
     assert_int_equal(fb_store_sandbox_update(f->s, &up, &err), 0);
     assert_int_equal(fb_store_sandbox_get(f->s, "t1", "sbx_1", &out, &err), 0);
-    assert_string_equal(out.state, "paused");
+    assert_string_equal(out.state, "stopped");
+    assert_string_equal(out.state_reason, "init exited");
     assert_int_equal(out.expires_ms, 5000);
     assert_int_equal(out.init_pid, 0);
     assert_string_equal(out.spec_json, "{\"ttl\":4}");
