@@ -489,17 +489,19 @@ static void test_create_round_trip(void **state)
     round_trip(full_body);
     round_trip("{'resources':{'cpus':0.3},'ttl':315360000,'labels':{'x':'\\u00e9\\ud83d\\ude00'}}");
     round_trip("{'resources':{'cpus':0.01}}");
+    round_trip("{'idle_timeout':30}");
     round_trip("{'resources':{'cpus':63.99999999999999}}");
 
     struct fb_create_spec s;
     create_ok(load(full_body), &s);
     cleanup_json json_t *j = fb_create_spec_to_json(&s);
     fb_create_spec_clear(&s);
-    cleanup_json json_t *want = load("{'template':'debian-12.1_x','ttl':600,'on_expire':'delete',"
-                                     "'labels':{'user':'u42','team/a.b_c-d':'x=y','empty':''},"
-                                     "'env':{'FOO':'bar','lower case':'v a l','E':''},'workdir':'/srv/app',"
-                                     "'resources':{'cpus':2.5,'memory_mb':1024,'pids':100,'disk_mb':4096},"
-                                     "'network':{'mode':'none','allow':[]}}");
+    cleanup_json json_t *want =
+        load("{'template':'debian-12.1_x','ttl':600,'idle_timeout':0,'on_expire':'delete',"
+             "'labels':{'user':'u42','team/a.b_c-d':'x=y','empty':''},"
+             "'env':{'FOO':'bar','lower case':'v a l','E':''},'workdir':'/srv/app',"
+             "'resources':{'cpus':2.5,'memory_mb':1024,'pids':100,'disk_mb':4096},"
+             "'network':{'mode':'none','allow':[]}}");
     assert_true(json_equal(j, want));
     assert_true(json_is_real(json_object_get(json_object_get(j, "resources"), "cpus")));
 
