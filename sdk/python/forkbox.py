@@ -115,6 +115,14 @@ class Sandbox:
         body.update(kw)
         return self._c.request("POST", "/v1/sandboxes/%s/exec" % self.id, body)
 
+    def run_code(self, code, context="default", timeout=60):
+        """Runs a cell of Python in a persistent context of the sandbox (its
+        variables and imports stay for the next call); returns the result
+        object: stdout, stderr, result (repr of a final expression or None),
+        error (None or {"name", "value", "traceback"}), timed_out, ..."""
+        body = {"language": "python", "code": code, "context": context, "timeout": timeout}
+        return self._c.request("POST", "/v1/sandboxes/%s/code" % self.id, body)
+
     def write(self, path, data, mode="0644"):
         return self._c.request("PUT", "/v1/sandboxes/%s/files" % self.id, raw=data,
                                query={"path": path, "mode": mode})

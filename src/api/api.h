@@ -135,6 +135,11 @@ struct MHD_Response *fb_h_proc_output(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_stdin(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_signal(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_resize(struct fb_req *r, unsigned *status);
+/* WebSocket attach to a process (attach.c) */
+struct MHD_Response *fb_h_proc_attach(struct fb_req *r, unsigned *status);
+/* "TERM", "SIGTERM" or 15 -> 15; 0 when it is none of those. */
+int fb_proc_signal_parse(json_t *v);
+struct MHD_Response *fb_h_code(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_files_get(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_files_put(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_files_delete(struct fb_req *r, unsigned *status);

@@ -18,6 +18,7 @@
 #include "../common/json_util.h"
 #include "../common/util.h"
 #include "proxy.h"
+#include "upgrade.h"
 
 #define SHARE_COOKIE "fb_share"
 #define SHARE_DEFAULT_SECONDS 3600
@@ -196,28 +197,6 @@ static int upstream_target(struct fb_req *r, struct text *out, fb_error_t *err)
 
 /* ---- request headers ---- */
 
-/* Whether the comma-separated list has token (case-insensitively). */
-static bool list_has(const char *list, const char *token)
-{
-    size_t tl = strlen(token);
-    for (const char *p = list; p != NULL && *p;) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        size_t n = strcspn(p, ", \t");
-        if (n == tl && strncasecmp(p, token, n) == 0)
-            return true;
-        p += n;
-    }
-    return false;
-}
-
-static bool wants_websocket(struct fb_req *r)
-{
-    const char *up = fb_req_header(r, "Upgrade"), *conn = fb_req_header(r, "Connection");
-    return strcmp(r->route->method, "GET") == 0 && up != NULL && conn != NULL && list_has(up, "websocket") &&
-           list_has(conn, "upgrade");
-}
-
 struct head_ctx {
     struct text *t;
     bool ws;
@@ -276,7 +255,7 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
             text_addf(h->t, "Upgrade: %.900s\r\n", value);
         return MHD_YES;
     }
-    if (h->connection != NULL && list_has(h->connection, key))
+    if (h->connection != NULL && fb_http_list_has(h->connection, key))
         return MHD_YES;
     if (strcasecmp(key, "Cookie") == 0) {
         add_cookie(h->t, value);
@@ -363,7 +342,7 @@ struct MHD_Response *fb_h_port_proxy(struct fb_req *r, unsigned *status)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "port: '%s' is not a port number (1..65535)",
                                  r->params[1]);
     cleanup_error fb_error_t err = NULL;
-    bool ws = wants_websocket(r);
+    bool ws = fb_req_wants_websocket(r);
     __attribute__((cleanup(text_freep))) struct text head = {0};
     if (build_head(r, port, ws, &head, &err) < 0)
         return fb_resp_error(err, status);

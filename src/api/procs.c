@@ -78,8 +78,7 @@ static const struct {
     {"PIPE", 13}, {"ALRM", 14}, {"TERM", 15}, {"CONT", 18}, {"STOP", 19}, {"TSTP", 20}, {"WINCH", 28},
 };
 
-/* "TERM", "SIGTERM" or 15 -> 15; 0 when it is none of those. */
-static int signal_parse(json_t *v)
+int fb_proc_signal_parse(json_t *v)
 {
     if (json_is_integer(v)) {
         json_int_t n = json_integer_value(v);
@@ -102,7 +101,7 @@ struct MHD_Response *fb_h_proc_signal(struct fb_req *r, unsigned *status)
     cleanup_json json_t *body = NULL;
     if (fb_req_json(r, &body, &err) < 0)
         return fb_resp_error(err, status);
-    int sig = signal_parse(json_object_get(body, "signal"));
+    int sig = fb_proc_signal_parse(json_object_get(body, "signal"));
     if (!json_is_object(body) || json_object_size(body) != 1 || sig == 0)
         return fb_resp_error_new(
             FB_ERR_BAD_REQUEST, status,

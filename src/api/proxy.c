@@ -4,7 +4,6 @@
  * the body passes through fixed buffers. */
 #include <errno.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "proxy.h"
+#include "upgrade.h"
 
 #define HEAD_MAX (64 * 1024) /* names and values of the answer's headers */
 #define HEADERS_MAX 256
@@ -318,21 +318,6 @@ static bool name_is(const char *name, const char *want)
     return strcasecmp(name, want) == 0;
 }
 
-/* Whether the comma-separated list has token (case-insensitively). */
-static bool list_has(const char *list, const char *token)
-{
-    size_t tl = strlen(token);
-    for (const char *p = list; p != NULL && *p;) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        size_t n = strcspn(p, ", \t");
-        if (n == tl && strncasecmp(p, token, n) == 0)
-            return true;
-        p += n;
-    }
-    return false;
-}
-
 /* Headers that describe one hop, not the answer, and those MHD writes
  * itself from the response it sends. */
 static bool hop_by_hop(const char *name, const char *connection)
@@ -342,7 +327,7 @@ static bool hop_by_hop(const char *name, const char *connection)
     for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
         if (name_is(name, hop[i]))
             return true;
-    return strncasecmp(name, "Proxy-", 6) == 0 || (connection != NULL && list_has(connection, name));
+    return strncasecmp(name, "Proxy-", 6) == 0 || (connection != NULL && fb_http_list_has(connection, name));
 }
 
 static const char *header(const struct fb_upstream *u, const char *name)
@@ -451,10 +436,11 @@ static void *relay_main(void *arg)
     }
     close(rl->up);
     MHD_upgrade_action(rl->urh, MHD_UPGRADE_ACTION_CLOSE);
-    atomic_fetch_sub(&rl->api->relays, 1);
+    struct fb_api *api = rl->api;
     free(rl->to_up.data);
     free(rl->to_down.data);
     free(rl);
+    fb_relay_thread_done(api);
     return NULL;
 }
 
@@ -475,17 +461,10 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
         rl->down = sock;
         rl->urh = urh;
         u->fd = -1;
-        atomic_fetch_add(&rl->api->relays, 1);
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        ok = pthread_create(&t, &attr, relay_main, rl) == 0;
-        pthread_attr_destroy(&attr);
-        if (!ok) {
-            atomic_fetch_sub(&rl->api->relays, 1);
+        cleanup_error fb_error_t err = NULL;
+        ok = fb_relay_thread_start(rl->api, relay_main, rl, &err) == 0;
+        if (!ok)
             close(rl->up);
-        }
     }
     if (!ok) {
         fb_warn("ports: cannot start a WebSocket relay");

@@ -1,6 +1,7 @@
 /* Route table: the whole v1 surface at a glance. */
 #include <string.h>
 
+#include "../core/code.h"
 #include "../core/procs.h"
 #include "api.h"
 
@@ -37,6 +38,9 @@ static const struct fb_route routes[] = {
     {"POST", "/v1/sandboxes/{}/processes/{}/stdin", FB_BODY_JSON, true, fb_h_proc_stdin, FB_PROC_STDIN_MAX},
     {"POST", "/v1/sandboxes/{}/processes/{}/signal", FB_BODY_JSON, true, fb_h_proc_signal},
     {"POST", "/v1/sandboxes/{}/processes/{}/resize", FB_BODY_JSON, true, fb_h_proc_resize},
+    /* a WebSocket: terminal bytes both ways, JSON control messages */
+    {"GET", "/v1/sandboxes/{}/processes/{}/attach", FB_BODY_NONE, true, fb_h_proc_attach},
+    {"POST", "/v1/sandboxes/{}/code", FB_BODY_JSON, true, fb_h_code, FB_CODE_BODY_MAX},
     {"POST", "/v1/sandboxes/{}/shares", FB_BODY_JSON, true, fb_h_shares_create},
     /* ports in: every method a browser or an HTTP client may send */
     {"GET", "/v1/sandboxes/{}/ports/{}", PROXY},

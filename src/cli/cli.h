@@ -136,6 +136,9 @@ int fb_cmd_spawn(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_ps(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_logs(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_kill(struct fb_cli *cli, int argc, char **argv);
+/* Interactive sessions over the attach WebSocket (commands_shell.c) */
+int fb_cmd_shell(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_attach(struct fb_cli *cli, int argc, char **argv);
 
 /* Template commands (commands_template.c) */
 int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);

@@ -48,6 +48,8 @@ static const char main_usage[] =
     "  ps            list a sandbox's background processes\n"
     "  logs          print (-f: follow) a background process's output\n"
     "  kill          send a signal to a background process\n"
+    "  shell         open an interactive terminal session in a sandbox\n"
+    "  attach        attach this terminal to a background process\n"
     "Files:\n"
     "  cp            copy files between the host and a sandbox\n"
     "  files         ls, cat, put, rm files inside a sandbox\n"
@@ -225,6 +227,8 @@ static const struct {
     {"ps", fb_cmd_ps},
     {"logs", fb_cmd_logs},
     {"kill", fb_cmd_kill},
+    {"shell", fb_cmd_shell},
+    {"attach", fb_cmd_attach},
     {"cp", fb_cmd_cp},
     {"files", fb_cmd_files},
     {"template", fb_cmd_template},

@@ -22,6 +22,7 @@
 #include "../common/util.h"
 #include "../common/wire.h"
 #include "../runtime/initconn.h"
+#include "code.h"
 #include "exec.h"
 
 #define META_MAX 65536
@@ -59,6 +60,10 @@ int fb_proc_spec_parse(json_t *body, struct fb_proc_spec *out, fb_error_t *err)
             strlen(json_string_value(tag)) != json_string_length(tag))
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "tag: must be a string of at most %d bytes",
                                 FB_PROC_TAG_MAX);
+        if (strncmp(json_string_value(tag), FB_CODE_TAG_PREFIX, strlen(FB_CODE_TAG_PREFIX)) == 0)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
+                                "tag: the prefix \"%s\" is reserved for the code interpreter's contexts",
+                                FB_CODE_TAG_PREFIX);
         fb_strlcpy(out->tag, json_string_value(tag), sizeof out->tag);
     }
     json_t *pty = json_object_get(body, "pty");
@@ -733,4 +738,11 @@ void fb_proc_reader_wait(struct fb_proc_reader *rd, int timeout_ms)
         while (read(rd->notify_fd, buf, sizeof buf) > 0)
             ;
     }
+}
+
+void fb_proc_reader_seek_end(struct fb_proc_reader *rd)
+{
+    struct stat sb;
+    if (fstat(rd->out_fd, &sb) == 0)
+        rd->offset = (uint64_t)sb.st_size;
 }

@@ -26,8 +26,8 @@
 #define FB_PROC_STDIN_MAX (1 << 20)
 
 struct fb_proc_spec {
-    struct fb_exec_spec exec; /* timeout is refused; max_output_bytes is the retained output */
-    char tag[FB_PROC_TAG_MAX + 1];
+    struct fb_exec_spec exec;      /* timeout is refused; max_output_bytes is the retained output */
+    char tag[FB_PROC_TAG_MAX + 8]; /* a client's: at most FB_PROC_TAG_MAX; "code:<context>" longer */
     bool pty;
     int cols, rows;
 };
@@ -84,5 +84,9 @@ json_t *fb_proc_reader_next(struct fb_proc_reader *rd, size_t max_bytes);
 
 /* Blocks until the output or the status may have changed, or timeout_ms. */
 void fb_proc_reader_wait(struct fb_proc_reader *rd, int timeout_ms);
+
+/* Moves the reader to the current end of the output (what is written
+ * from now on is what it reads next). */
+void fb_proc_reader_seek_end(struct fb_proc_reader *rd);
 
 #endif
