@@ -291,7 +291,7 @@ def test_processes_survive_daemon_kill(daemon, make, client):
 def test_no_session_cap_across_many_reconnects(make, client):
     """A ttl-0 sandbox with a running process stays up for minutes while clients come and go; every
     reconnect continues the output exactly where the last one stopped."""
-    soak = float(os.environ.get("FORKBOX_SOAK_S", "150"))
+    soak = float(os.environ.get("FORKBOX_SOAK_S", "180"))
     sid = make(ttl=0)["id"]
     put_file(client, sid, "/root/counter.py", COUNTER)
     p = start(client, sid, cmd=["python3", "/root/counter.py", "-1", "0.1"])
