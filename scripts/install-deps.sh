@@ -11,10 +11,11 @@ TEST="libcmocka-dev python3-pytest python3-requests clang-format openssl iptable
 BENCH="podman runc bubblewrap"
 
 want="$BUILD $RUN"
+criu=1 # CRIU >= 4 for memory checkpoints: scripts/install-criu.sh
 case "${1:-run}" in
     run) ;;
     test) want="$want $TEST" ;;
-    bench) want="$want $TEST $BENCH" ;;
+    bench) want="$want $TEST $BENCH"; criu=0 ;;
     all) want="$want $TEST $BENCH" ;;
     *) echo "usage: $0 [run|test|bench|all]" >&2; exit 2 ;;
 esac
@@ -37,4 +38,8 @@ if [ -n "$missing" ]; then
         apt-get update
         apt-get install -y --no-install-recommends $missing
     fi
+fi
+
+if [ "$criu" -eq 1 ]; then
+    sh "$(dirname "$0")/install-criu.sh"
 fi

@@ -96,6 +96,34 @@ int fb_spool_reserve(struct fb_req *r, long long n, fb_error_t *err);
 const struct fb_route *fb_route_match(const char *method, const char *path, struct fb_req *r,
                                       bool *path_known);
 
+/* A growing byte buffer (caller frees data). */
+struct fb_outbuf {
+    char *data;
+    size_t len, cap;
+};
+/* Appends n bytes; 0 or -ENOMEM (the buffer is unchanged then). */
+int fb_outbuf_add(struct fb_outbuf *b, const char *d, size_t n);
+/* Sets obj[key] from raw bytes; when they are not UTF-8, obj[key] holds
+ * them with U+FFFD for bad bytes and obj[key_b64] the exact bytes. */
+void fb_json_set_text(json_t *obj, const char *key, const char *data, size_t len);
+/* Output bytes of stream w (0 stdout, 1 stderr) as an event {"type",
+ * "data"|"data_b64"}; a trailing partial UTF-8 sequence waits in c for the
+ * next chunk unless flush.  NULL when nothing is left to send now. */
+struct fb_utf8_carry {
+    char bytes[2][4];
+    size_t len[2];
+};
+json_t *fb_output_event(struct fb_utf8_carry *c, int w, const char *data, size_t len, bool flush);
+
+/* An NDJSON response: next(ctx) gives each event (new reference), NULL at
+ * the end; done(ctx) runs once the response is gone.  NULL without memory
+ * (done has run then). */
+struct MHD_Response *fb_resp_events(json_t *(*next)(void *ctx), void (*done)(void *ctx), void *ctx);
+
+/* A byte offset from a query or header (NULL leaves *out alone): 0, or -1
+ * when it is not a decimal number in 0..2^62. */
+int fb_parse_offset(const char *v, uint64_t *out);
+
 /* Responses.  Every error body has the contract's shape. */
 struct MHD_Response *fb_resp_json(json_t *body); /* steals body */
 struct MHD_Response *fb_resp_error(const fb_error_t e, unsigned *status);

@@ -378,17 +378,6 @@ static int accept_value(const char *key, char *out, size_t outlen)
     return b64 != NULL && fb_strlcpy(out, b64, outlen) >= 0 ? 0 : -1;
 }
 
-static int parse_u64(const char *v, uint64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n > (1ULL << 62))
-        return -1;
-    *out = n;
-    return 0;
-}
-
 struct MHD_Response *fb_h_proc_attach(struct fb_req *r, unsigned *status)
 {
     cleanup_error fb_error_t err = NULL;
@@ -406,7 +395,7 @@ struct MHD_Response *fb_h_proc_attach(struct fb_req *r, unsigned *status)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "Sec-WebSocket-Version: only 13 is spoken");
     const char *off_s = fb_req_query(r, "offset"), *replay = fb_req_query(r, "replay");
     uint64_t offset = 0;
-    if (off_s != NULL && parse_u64(off_s, &offset) < 0)
+    if (off_s != NULL && fb_parse_offset(off_s, &offset) < 0)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "offset: must be a byte offset (0 or more)");
     if (replay != NULL && strcmp(replay, "true") != 0 && strcmp(replay, "false") != 0)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "replay: must be true or false");

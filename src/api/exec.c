@@ -17,44 +17,6 @@ static void exec_clearp(struct fb_exec_spec *s)
     fb_exec_spec_clear(s);
 }
 
-struct outbuf {
-    char *data;
-    size_t len, cap;
-};
-
-static int outbuf_add(struct outbuf *b, const char *d, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *nb = realloc(b->data, cap);
-        if (nb == NULL)
-            return -ENOMEM;
-        b->data = nb;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, d, n);
-    b->len += n;
-    return 0;
-}
-
-/* Sets key (and key_b64 when not UTF-8) on obj from raw bytes. */
-static void set_text(json_t *obj, const char *key, const char *data, size_t len)
-{
-    if (fb_utf8_valid(data, len)) {
-        json_object_set_new(obj, key, json_stringn(data ? data : "", len));
-        return;
-    }
-    size_t ll = 0;
-    cleanup_free char *lossy = fb_utf8_lossy(data, len, &ll);
-    cleanup_free char *b64 = fb_base64_encode(data, len);
-    char k64[32];
-    snprintf(k64, sizeof k64, "%s_b64", key);
-    json_object_set_new(obj, key, lossy ? json_stringn(lossy, ll) : json_null());
-    json_object_set_new(obj, k64, b64 ? json_string(b64) : json_null());
-}
-
 /* Whether the OOM killer struck in the sandbox while the command ran: the
  * cgroup's counter is read before and after (a concurrent command's OOM in
  * the same sandbox would be counted too). */
@@ -83,7 +45,7 @@ static enum fb_error_kind exec_error_kind(json_t *result)
 static struct MHD_Response *exec_buffered(int fd, int64_t cap, struct oom_probe *oom, unsigned *status)
 {
     bool dropped = false;
-    struct outbuf out = {0}, errb = {0};
+    struct fb_outbuf out = {0}, errb = {0};
     cleanup_error fb_error_t err = NULL;
     struct MHD_Response *resp = NULL;
     for (;;) {
@@ -94,12 +56,12 @@ static struct MHD_Response *exec_buffered(int fd, int64_t cap, struct oom_probe 
             break;
         }
         if (f.type == FB_MSG_STDOUT || f.type == FB_MSG_STDERR) {
-            struct outbuf *b = f.type == FB_MSG_STDOUT ? &out : &errb;
+            struct fb_outbuf *b = f.type == FB_MSG_STDOUT ? &out : &errb;
             size_t room = b->len < (size_t)cap ? (size_t)cap - b->len : 0;
             size_t take = f.len < room ? f.len : room;
             dropped |= take < f.len;
             if (take > 0)
-                outbuf_add(b, f.data, take);
+                fb_outbuf_add(b, f.data, take);
             free(f.data);
             continue;
         }
@@ -127,8 +89,8 @@ static struct MHD_Response *exec_buffered(int fd, int64_t cap, struct oom_probe 
         if (dropped)
             json_object_set_new(res, "truncated", json_true());
         json_object_set_new(res, "oom_killed", json_boolean(oom_happened(oom)));
-        set_text(res, "stdout", out.data, out.len);
-        set_text(res, "stderr", errb.data, errb.len);
+        fb_json_set_text(res, "stdout", out.data, out.len);
+        fb_json_set_text(res, "stderr", errb.data, errb.len);
         *status = 200;
         resp = fb_resp_json(json_incref(res));
         break;
@@ -143,58 +105,14 @@ struct exec_stream {
     int fd;
     struct fb_frame first; /* read before the response started */
     bool have_first, done;
-    char *line;
-    size_t line_len, line_off;
-    char carry[2][4];
-    size_t carry_len[2];
+    struct fb_utf8_carry carry; /* UTF-8 sequences cut by a chunk's end */
     struct oom_probe oom;
 };
 
-static char *event_line(json_t *ev)
+/* The next event to send, or NULL at the end. */
+static json_t *next_event(void *ctx)
 {
-    char *s = json_dumps(ev, JSON_COMPACT);
-    json_decref(ev);
-    if (s == NULL)
-        return NULL;
-    size_t n = strlen(s);
-    char *l = realloc(s, n + 2);
-    if (l == NULL) {
-        free(s);
-        return NULL;
-    }
-    l[n] = '\n';
-    l[n + 1] = '\0';
-    return l;
-}
-
-/* Builds the event for one output chunk, holding back a trailing partial
- * UTF-8 sequence so that characters split across chunks stay text. */
-static json_t *output_event(struct exec_stream *s, int which, const char *data, size_t len, bool flush)
-{
-    size_t total = s->carry_len[which] + len;
-    cleanup_free char *buf = malloc(total + 1);
-    if (buf == NULL)
-        return NULL;
-    memcpy(buf, s->carry[which], s->carry_len[which]);
-    memcpy(buf + s->carry_len[which], data, len);
-    size_t keep = flush ? total : fb_utf8_complete_prefix(buf, total);
-    s->carry_len[which] = total - keep;
-    memcpy(s->carry[which], buf + keep, s->carry_len[which]);
-    if (keep == 0)
-        return NULL;
-    json_t *ev = json_pack("{s:s}", "type", which == 0 ? "stdout" : "stderr");
-    if (fb_utf8_valid(buf, keep)) {
-        json_object_set_new(ev, "data", json_stringn(buf, keep));
-    } else {
-        cleanup_free char *b64 = fb_base64_encode(buf, keep);
-        json_object_set_new(ev, "data_b64", json_string(b64 ? b64 : ""));
-    }
-    return ev;
-}
-
-/* Next line to send, or NULL at the end. */
-static char *next_line(struct exec_stream *s)
-{
+    struct exec_stream *s = ctx;
     while (!s->done) {
         struct fb_frame f;
         if (s->have_first) {
@@ -202,15 +120,14 @@ static char *next_line(struct exec_stream *s)
             s->have_first = false;
         } else if (fb_wire_recv(s->fd, &f) < 0) {
             s->done = true;
-            return event_line(json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code",
-                                        "unavailable", "message",
-                                        "the sandbox went away while the command ran"));
+            return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "unavailable",
+                             "message", "the sandbox went away while the command ran");
         }
         if (f.type == FB_MSG_STDOUT || f.type == FB_MSG_STDERR) {
-            json_t *ev = output_event(s, f.type == FB_MSG_STDOUT ? 0 : 1, f.data, f.len, false);
+            json_t *ev = fb_output_event(&s->carry, f.type == FB_MSG_STDOUT ? 0 : 1, f.data, f.len, false);
             free(f.data);
             if (ev != NULL)
-                return event_line(ev);
+                return ev;
             continue;
         }
         s->done = true;
@@ -218,8 +135,8 @@ static char *next_line(struct exec_stream *s)
         free(f.data);
         /* flush held-back bytes first: they are ill-formed by now */
         for (int w = 0; w < 2; w++) {
-            if (s->carry_len[w] > 0) {
-                json_t *ev = output_event(s, w, "", 0, true);
+            if (s->carry.len[w] > 0) {
+                json_t *ev = fb_output_event(&s->carry, w, "", 0, true);
                 if (ev != NULL) {
                     s->done = false;
                     s->have_first = true;
@@ -227,7 +144,7 @@ static char *next_line(struct exec_stream *s)
                     s->first.data = res ? json_dumps(res, JSON_COMPACT) : NULL;
                     s->first.len = s->first.data ? (uint32_t)strlen(s->first.data) : 0;
                     json_decref(res);
-                    return event_line(ev);
+                    return ev;
                 }
             }
         }
@@ -236,34 +153,14 @@ static char *next_line(struct exec_stream *s)
             json_t *ev = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", "internal",
                                    "message", m ? m : "malformed answer from sandbox init");
             json_decref(res);
-            return event_line(ev);
+            return ev;
         }
         json_object_del(res, "ok");
         json_object_set_new(res, "oom_killed", json_boolean(oom_happened(&s->oom)));
         json_object_set_new(res, "type", json_string("exit"));
-        return event_line(res);
+        return res;
     }
     return NULL;
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)pos;
-    struct exec_stream *s = cls;
-    if (s->line == NULL || s->line_off == s->line_len) {
-        free(s->line);
-        s->line = next_line(s);
-        if (s->line == NULL)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        s->line_len = strlen(s->line);
-        s->line_off = 0;
-    }
-    size_t n = s->line_len - s->line_off;
-    if (n > max)
-        n = max;
-    memcpy(buf, s->line + s->line_off, n);
-    s->line_off += n;
-    return (ssize_t)n;
 }
 
 static void stream_free(void *cls)
@@ -272,7 +169,6 @@ static void stream_free(void *cls)
     close(s->fd); /* a client that left mid-stream kills the command */
     if (s->have_first)
         free(s->first.data);
-    free(s->line);
     free(s);
 }
 
@@ -323,13 +219,9 @@ struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status)
     s->oom = oom;
     s->first = first;
     s->have_first = true;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, stream_read, s, stream_free);
-    if (resp == NULL) {
-        stream_free(s);
+    struct MHD_Response *resp = fb_resp_events(next_event, stream_free, s);
+    if (resp == NULL)
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
     *status = 200;
     return resp;
 }

@@ -215,29 +215,16 @@ static ssize_t out_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
 }
 
-static int parse_offset(const char *v, uint64_t *out)
-{
-    if (v == NULL)
-        return 0;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n > (1ULL << 62))
-        return -1;
-    *out = n;
-    return 0;
-}
-
 struct MHD_Response *fb_h_proc_output(struct fb_req *r, unsigned *status)
 {
     cleanup_error fb_error_t err = NULL;
     const char *accept = fb_req_header(r, "Accept");
     bool sse = accept != NULL && strstr(accept, "text/event-stream") != NULL;
     uint64_t offset = 0;
-    if (parse_offset(fb_req_query(r, "offset"), &offset) < 0)
+    if (fb_parse_offset(fb_req_query(r, "offset"), &offset) < 0)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "offset: must be a byte offset (0 or more)");
     /* an EventSource that reconnects says where it was */
-    if (sse && parse_offset(fb_req_header(r, "Last-Event-ID"), &offset) < 0)
+    if (sse && fb_parse_offset(fb_req_header(r, "Last-Event-ID"), &offset) < 0)
         return fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "Last-Event-ID: must be a byte offset");
     const char *follow = fb_req_query(r, "follow");
     if (follow != NULL && strcmp(follow, "true") != 0 && strcmp(follow, "false") != 0)

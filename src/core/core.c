@@ -127,6 +127,8 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     if (core->init_fd < 0)
         return -1;
     note_boot(core);
+    if (fb_core_criu_start(core, err) < 0) /* in the background: never delays the start */
+        return -1;
     fb_core_remove_orphans(core);
     if (fb_net_open(core) == 0) { /* without it, networked modes answer 501 */
         cleanup_error fb_error_t derr = NULL;
@@ -154,6 +156,7 @@ void fb_core_signal_stop(struct fb_core *core)
 
 void fb_core_close(struct fb_core *core)
 {
+    fb_core_criu_stop(core);
     fb_pool_stop(core);
     fb_core_reaper_stop(core);
     fb_core_templates_stop(core);
@@ -248,11 +251,11 @@ json_t *fb_core_info(struct fb_core *core)
                               "microvm", "available", 0, "reason", "not implemented yet");
     json_t *security = fb_core_posture(core);
     json_t *missing = json_incref(json_object_get(security, "missing"));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:i, s:i}}", "name",
-                     "forkbox", "version", FORKBOX_VERSION, "cgroup", cg, "isolation", iso, "security",
-                     security, "templates", tpl, "warm_pool", pool, "tiers", tiers, "missing", missing,
-                     "limits", "json_body_bytes", (json_int_t)(1 << 20), "upload_bytes",
-                     (json_int_t)FB_UPLOAD_MAX, "spool_budget_bytes", (json_int_t)FB_SPOOL_BUDGET,
-                     "max_sandboxes_per_tenant", (int)core->cfg.max_sandboxes, "uid_ranges",
-                     (int)core->cfg.uid_pool_slots);
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:i, s:i}}",
+                     "name", "forkbox", "version", FORKBOX_VERSION, "cgroup", cg, "isolation", iso,
+                     "security", security, "templates", tpl, "warm_pool", pool, "tiers", tiers, "criu",
+                     fb_core_criu_info(core), "missing", missing, "limits", "json_body_bytes",
+                     (json_int_t)(1 << 20), "upload_bytes", (json_int_t)FB_UPLOAD_MAX, "spool_budget_bytes",
+                     (json_int_t)FB_SPOOL_BUDGET, "max_sandboxes_per_tenant", (int)core->cfg.max_sandboxes,
+                     "uid_ranges", (int)core->cfg.uid_pool_slots);
 }

@@ -32,6 +32,7 @@ struct fb_core_config {
     bool host_tuning;         /* may tune host settings (cgroup2 favordynmods) */
     uint32_t warm_pool;       /* warm sandboxes of the default template kept ready */
     char dns_upstream[64];    /* IPv4 resolver for sandboxes' queries; "": the host's */
+    char criu_path[PATH_MAX]; /* criu binary; "": the install path, else PATH (runtime/criu.h) */
 };
 
 /* forkbox's DNS resolver (dns.c); its port is where sandboxes' queries to
@@ -92,6 +93,7 @@ struct fb_core {
     struct fb_listeners egress;                /* fd[0] HTTP, fd[1] TLS */
     char disk_missing[192];                    /* why not, when !disk_limits */
     unsigned char share_key[FB_SHARE_KEY_LEN]; /* signs share URLs (ports.c); read-only once open */
+    struct fb_core_criu *criu;                 /* CRIU self-test and its verdict (criu_status.c) */
     volatile bool stopping;
 };
 
@@ -184,6 +186,23 @@ int fb_share_verify(struct fb_core *core, const char *id, unsigned port, const c
  * socket the caller owns, or -1: not_found, conflict (not running),
  * bad_gateway (nothing listening, timeout). */
 int fb_port_connect(struct fb_core *core, const char *tenant, const char *id, unsigned port, fb_error_t *err);
+
+/* ---- CRIU (criu_status.c) ----
+ * Starts the CRIU self-test on a thread of its own (status "checking" until
+ * it is done; a hanging criu is killed at its deadline); stop cancels and
+ * joins it.  Start fails only for lack of memory. */
+int fb_core_criu_start(struct fb_core *core, fb_error_t *err);
+void fb_core_criu_stop(struct fb_core *core);
+/* For memory features (hibernate, memory checkpoints, fork): 0 when CRIU
+ * works; else FB_ERR_UNSUPPORTED (501) with the reason, or
+ * FB_ERR_UNAVAILABLE (503) while the self-test is still running. */
+int fb_core_criu_require(struct fb_core *core, fb_error_t *err);
+/* /v1/info's "criu" object: {status, available, version, path, reason,
+ * selftest_ms}.  New reference. */
+json_t *fb_core_criu_info(struct fb_core *core);
+/* Fills buf with a "missing" line and returns true when CRIU is known not
+ * to work. */
+bool fb_core_criu_missing(struct fb_core *core, char *buf, size_t len);
 
 /* /v1/info body. */
 json_t *fb_core_info(struct fb_core *core);

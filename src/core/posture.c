@@ -112,6 +112,9 @@ static json_t *missing(struct fb_core *core)
         json_array_append_new(m, json_string(core->disk_missing));
     if (!have_time_namespace())
         json_array_append_new(m, json_string("time namespaces (clock changes are denied instead)"));
+    char criu[1024];
+    if (fb_core_criu_missing(core, criu, sizeof criu))
+        json_array_append_new(m, json_string(criu));
     json_array_append_new(m, json_string("checkpoint/restore (not implemented yet)"));
     return m;
 }

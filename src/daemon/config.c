@@ -18,6 +18,8 @@ static const char usage[] =
     "  --run-dir DIR         runtime sockets [FORKBOX_RUN_DIR] (/run/forkbox)\n"
     "  --cache-dir DIR       package cache for template builds [FORKBOX_CACHE_DIR] (/var/cache/forkbox)\n"
     "  --init PATH           forkbox-init binary [FORKBOX_INIT] (found beside forkboxd)\n"
+    "  --criu PATH           criu binary for memory checkpoints [FORKBOX_CRIU]\n"
+    "                        (/usr/local/lib/forkbox/criu/criu, else criu on PATH)\n"
     "  --uid-pool-start N    first host uid given to sandboxes [FORKBOX_UID_POOL_START] (2000000)\n"
     "  --uid-pool-slots N    number of 65536-id ranges [FORKBOX_UID_POOL_SLOTS] (1024)\n"
     "  --max-sandboxes N     per tenant [FORKBOX_MAX_SANDBOXES] (256)\n"
@@ -93,6 +95,8 @@ static int apply(struct fb_daemon_config *cfg, const char *name, const char *v, 
         return set_str(cfg->cache_dir, sizeof cfg->cache_dir, name, v, err);
     if (strcmp(name, "init") == 0)
         return set_str(cfg->init_path, sizeof cfg->init_path, name, v, err);
+    if (strcmp(name, "criu") == 0)
+        return set_str(cfg->criu_path, sizeof cfg->criu_path, name, v, err);
     if (strcmp(name, "uid-pool-start") == 0)
         return set_u32(&cfg->uid_pool_start, name, v, 65536, 0xfffffffeU - 65536U * 4096U, err);
     if (strcmp(name, "uid-pool-slots") == 0)
@@ -115,6 +119,7 @@ static const struct {
     {"FORKBOX_RUN_DIR", "run-dir"},
     {"FORKBOX_CACHE_DIR", "cache-dir"},
     {"FORKBOX_INIT", "init"},
+    {"FORKBOX_CRIU", "criu"},
     {"FORKBOX_UID_POOL_START", "uid-pool-start"},
     {"FORKBOX_UID_POOL_SLOTS", "uid-pool-slots"},
     {"FORKBOX_MAX_SANDBOXES", "max-sandboxes"},

@@ -19,6 +19,7 @@ struct fb_daemon_config {
     char init_path[PATH_MAX]; /* --init, FORKBOX_INIT; "" = look beside forkboxd */
     char cache_dir[PATH_MAX]; /* --cache-dir, FORKBOX_CACHE_DIR */
     char dns_upstream[64];    /* --dns-upstream, FORKBOX_DNS_UPSTREAM; "": the host's resolv.conf */
+    char criu_path[PATH_MAX]; /* --criu, FORKBOX_CRIU; "": the install path, else PATH */
     uint32_t uid_pool_start;  /* --uid-pool-start, FORKBOX_UID_POOL_START */
     uint32_t uid_pool_slots;  /* --uid-pool-slots, FORKBOX_UID_POOL_SLOTS */
     uint32_t max_sandboxes;   /* --max-sandboxes, FORKBOX_MAX_SANDBOXES */

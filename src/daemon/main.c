@@ -150,6 +150,7 @@ int main(int argc, char **argv)
     fb_strlcpy(ccfg.init_path, cfg.init_path, sizeof ccfg.init_path);
     fb_strlcpy(ccfg.cache_dir, cfg.cache_dir, sizeof ccfg.cache_dir);
     fb_strlcpy(ccfg.dns_upstream, cfg.dns_upstream, sizeof ccfg.dns_upstream);
+    fb_strlcpy(ccfg.criu_path, cfg.criu_path, sizeof ccfg.criu_path);
 
     static struct fb_core core;
     if (fb_core_open(&core, &ccfg, &err) < 0) {

@@ -10,7 +10,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -53,6 +55,9 @@ int fbi_read_stdin(int conn, size_t max, char **buf, size_t *len);
  * and execs argv.  On failure writes "errno what" to errpipe; never returns. */
 void fbi_child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **argv, char **envp, const char *cwd,
                     const struct fbi_user *u, bool ctty) __attribute__((noreturn));
+
+/* Milliseconds on clock (CLOCK_MONOTONIC, CLOCK_REALTIME). */
+int64_t fbi_clock_ms(clockid_t clock);
 
 /* {"exit_code": N, "signal": "NAME"|null} of a wait status (new reference). */
 json_t *fbi_status_json(int status);

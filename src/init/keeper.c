@@ -66,16 +66,12 @@ struct keeper {
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return fbi_clock_ms(CLOCK_MONOTONIC);
 }
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return fbi_clock_ms(CLOCK_REALTIME);
 }
 
 /* Rewrites the status file with obj (stolen). */

@@ -32,11 +32,16 @@ static const char *const signames[] = {
     [SIGXCPU] = "XCPU", [SIGXFSZ] = "XFSZ", [SIGSYS] = "SYS",
 };
 
-static int64_t mono_ms(void)
+int64_t fbi_clock_ms(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void)
+{
+    return fbi_clock_ms(CLOCK_MONOTONIC);
 }
 
 static double mono_ms_f(void)

@@ -28,17 +28,18 @@ def test_configured_by_environment_first_start_and_state():
     """Socket, TCP address and state dir come from FORKBOX_* variables; the first start
     creates a 0600 API key that works on both listeners; state is SQLite in WAL mode."""
     shutil.rmtree(STATE2, ignore_errors=True)
+    shutil.rmtree(RUN2, ignore_errors=True)  # a socket left by an earlier run would look ready
     env = dict(os.environ, FORKBOX_SOCKET=SOCK2, FORKBOX_LISTEN="127.0.0.1:%d" % PORT2,
                FORKBOX_STATE_DIR=STATE2, FORKBOX_RUN_DIR=RUN2, FORKBOX_WARM_POOL="0",
                FORKBOX_UID_POOL_START="200000000")
     proc = subprocess.Popen([DAEMON, "--no-default-template"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        keyfile = os.path.join(STATE2, "api-key")
         deadline = time.time() + 20
-        while not os.path.exists(SOCK2) and time.time() < deadline:
+        while not (os.path.exists(SOCK2) and os.path.exists(keyfile)) and time.time() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
-        keyfile = os.path.join(STATE2, "api-key")
         assert stat.S_IMODE(os.stat(keyfile).st_mode) == 0o600
         key = open(keyfile).read().strip()
         assert key.startswith("fbk_") and len(key) > 40

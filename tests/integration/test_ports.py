@@ -554,7 +554,11 @@ def init_pid_of(sid):
             continue
         if exe.startswith("/memfd:forkbox-init") and ("/forkbox/%s" % sid) in cg:
             ppid = int(open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1])
-            if not os.readlink("/proc/%d/exe" % ppid).startswith("/memfd:forkbox-init"):
+            try:
+                parent = os.readlink("/proc/%d/exe" % ppid)
+            except OSError:  # the host's PID 1 (a re-adopted sandbox's init) may not be readable
+                parent = ""
+            if not parent.startswith("/memfd:forkbox-init"):
                 return int(p)  # PID 1 of the sandbox, not one of its workers
     raise AssertionError("no init for " + sid)
 
