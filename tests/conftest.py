@@ -23,6 +23,9 @@ STATE = os.environ.get("FORKBOX_TEST_STATE", "/var/lib/forkbox-test")
 RUN_DIR = "/run/forkbox-test"
 SOCKET = RUN_DIR + "/forkbox.sock"
 TCP_PORT = 17420
+# the test daemon's sandboxes run as uids from here on (1024 ranges of 65536)
+UID_POOL_START = 100000000
+UID_POOL_END = UID_POOL_START + 1024 * 65536
 DAEMON = os.path.join(BUILD, "src/daemon/forkboxd")
 CLI = os.path.join(BUILD, "src/cli/forkbox")
 
@@ -136,7 +139,7 @@ class Daemon:
         args = [DAEMON, "--state-dir", STATE, "--run-dir", RUN_DIR, "--socket", SOCKET,
                 "--listen", "127.0.0.1:%d" % TCP_PORT, "--cache-dir", "/var/cache/forkbox",
                 # a uid pool of its own, apart from any other forkboxd on the host
-                "--uid-pool-start", "100000000",
+                "--uid-pool-start", str(UID_POOL_START),
                 # sandboxes' DNS goes to the lab's resolver (tests/netlab), never the host's
                 "--dns-upstream", "198.18.1.53"]
         args += list(extra_args)
@@ -284,7 +287,9 @@ def host_snapshot():
                 with open("/proc/%s/status" % p) as f:
                     for line in f:
                         if line.startswith("Uid:"):
-                            if int(line.split()[1]) >= 2000000:
+                            # the test daemon's sandboxes only: other daemons on the
+                            # host (a developer's, a second test instance) come and go
+                            if UID_POOL_START <= int(line.split()[1]) < UID_POOL_END:
                                 procs += 1
                             break
             except OSError:
