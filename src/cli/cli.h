@@ -111,7 +111,8 @@ extern const struct option fb_create_longopts[];
     "      --disk MB         size of the sandbox's own disk in MiB (default 2048)\n"                         \
     "      --network MODE    none (default: loopback only), open or allowlist (see docs/network.md)\n"       \
     "      --allow ENTRY     allowlist entry, e.g. pypi.org, *.github.com, 203.0.113.0/24:443\n"             \
-    "                        (repeatable; implies --network allowlist)\n"
+    "                        (repeatable; implies --network allowlist)\n"                                    \
+    "      --checkpoint C    start from the files of checkpoint C (its template)\n"
 
 /* "/v1/sandboxes/<id><suffix>" with id escaped; caller frees, NULL when out
  * of memory.  suffix may be "" or start with "/" or "?". */
@@ -142,5 +143,9 @@ int fb_cmd_attach(struct fb_cli *cli, int argc, char **argv);
 
 /* Template commands (commands_template.c) */
 int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);
+/* Checkpoints (commands_checkpoint.c) */
+int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_rollback(struct fb_cli *cli, int argc, char **argv);
 
 #endif

@@ -26,15 +26,23 @@ enum {
     OPT_NETWORK,
     OPT_ALLOW,
     OPT_STATE,
+    OPT_CHECKPOINT,
 };
 
 const struct option fb_create_longopts[] = {
-    {"template", required_argument, NULL, 't'},        {"ttl", required_argument, NULL, OPT_TTL},
-    {"label", required_argument, NULL, OPT_LABEL},     {"env", required_argument, NULL, OPT_ENV},
-    {"workdir", required_argument, NULL, OPT_WORKDIR}, {"cpus", required_argument, NULL, OPT_CPUS},
-    {"memory", required_argument, NULL, OPT_MEMORY},   {"pids", required_argument, NULL, OPT_PIDS},
-    {"disk", required_argument, NULL, OPT_DISK},       {"network", required_argument, NULL, OPT_NETWORK},
-    {"allow", required_argument, NULL, OPT_ALLOW},     {NULL, 0, NULL, 0},
+    {"template", required_argument, NULL, 't'},
+    {"ttl", required_argument, NULL, OPT_TTL},
+    {"label", required_argument, NULL, OPT_LABEL},
+    {"env", required_argument, NULL, OPT_ENV},
+    {"workdir", required_argument, NULL, OPT_WORKDIR},
+    {"cpus", required_argument, NULL, OPT_CPUS},
+    {"memory", required_argument, NULL, OPT_MEMORY},
+    {"pids", required_argument, NULL, OPT_PIDS},
+    {"disk", required_argument, NULL, OPT_DISK},
+    {"network", required_argument, NULL, OPT_NETWORK},
+    {"allow", required_argument, NULL, OPT_ALLOW},
+    {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {NULL, 0, NULL, 0},
 };
 
 char *fb_sandbox_path(const char *id, const char *suffix)
@@ -67,6 +75,10 @@ int fb_create_option(const struct fb_command *cmd, int c, const char *arg, json_
     case 't':
         if (json_object_set_new(body, "template", json_string(arg)) < 0)
             return fb_usage_error(cmd, "--template: not valid UTF-8");
+        return 1;
+    case OPT_CHECKPOINT:
+        if (json_object_set_new(body, "checkpoint", json_string(arg)) < 0)
+            return fb_usage_error(cmd, "--checkpoint: not valid UTF-8");
         return 1;
     case OPT_TTL:
         if (fb_parse_i64(arg, 0, INT64_MAX / 1000, &n) < 0)

@@ -53,6 +53,10 @@ static const char main_usage[] =
     "Files:\n"
     "  cp            copy files between the host and a sandbox\n"
     "  files         ls, cat, put, rm files inside a sandbox\n"
+    "Checkpoints (files):\n"
+    "  checkpoint    checkpoint a sandbox's files and print the id; checkpoint rm CKPT...\n"
+    "  checkpoints   list a sandbox's checkpoints\n"
+    "  rollback      give a sandbox the files of one of its checkpoints\n"
     "Templates and daemon:\n"
     "  template      ls, import, rm root filesystem templates\n"
     "  info          show what the daemon and host support\n"
@@ -231,6 +235,9 @@ static const struct {
     {"attach", fb_cmd_attach},
     {"cp", fb_cmd_cp},
     {"files", fb_cmd_files},
+    {"checkpoint", fb_cmd_checkpoint},
+    {"checkpoints", fb_cmd_checkpoints},
+    {"rollback", fb_cmd_rollback},
     {"template", fb_cmd_template},
     {"templates", fb_cmd_template},
     {"info", fb_cmd_info},

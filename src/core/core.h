@@ -129,6 +129,23 @@ int fb_sandbox_set_ttl(struct fb_core *core, const char *tenant, const char *id,
 int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char *id, json_t *network,
                            json_t **out, fb_error_t *err);
 
+/* Files-only checkpoints (checkpoint.c).  body: {"name", "memory"} (may be
+ * NULL).  memory: true is unsupported (501).  too_large (413) when the
+ * state filesystem has no room for the copy; nothing is left on failure. */
+int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *id, json_t *body, json_t **out,
+                         fb_error_t *err);
+/* {"checkpoints": [...]} of a sandbox, oldest first (also once it is gone). */
+int fb_checkpoint_list(struct fb_core *core, const char *tenant, const char *id, json_t **out,
+                       fb_error_t *err);
+int fb_checkpoint_get(struct fb_core *core, const char *tenant, const char *cid, json_t **out,
+                      fb_error_t *err);
+int fb_checkpoint_delete(struct fb_core *core, const char *tenant, const char *cid, fb_error_t *err);
+/* Ends every process of the sandbox, replaces its files with a copy of the
+ * checkpoint and starts it again (same id, uids, limits, network).
+ * conflict for another template; *out is the sandbox's object. */
+int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id, const char *cid,
+                        json_t **out, fb_error_t *err);
+
 /* What exec and file calls need to reach a running sandbox. */
 struct fb_sandbox_handle {
     char id[FB_ID_MAX];

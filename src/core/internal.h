@@ -134,6 +134,14 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
                       const struct fb_create_spec *spec, fb_error_t *err);
 int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err);
 
+/* ---- checkpoints (checkpoint.c) ----
+ * Creates and starts a sandbox whose files are a copy of spec->checkpoint
+ * (template and disk size from the checkpoint); *row is the stored row. */
+int fb_checkpoint_new_sandbox(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                              struct fb_sandbox_row *row, fb_error_t *err);
+/* Removes checkpoint dirs no row knows of (interrupted copies). */
+void fb_checkpoint_remove_orphans(struct fb_core *core);
+
 /* Hands a warm sandbox to row's tenant with row's spec: on success row
  * holds the sandbox (id, uid range, init pid), stored and running.
  * Returns -1 when no warm sandbox fits; the caller starts one cold. */

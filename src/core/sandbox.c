@@ -177,6 +177,9 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
     };
     cc.limits = &limits;
     cc.disk_bytes = core->disk_limits ? spec->res.disk_mb << 20 : 0;
+    /* a checkpoint's copy is already in place (checkpoint.c) */
+    cc.reuse_layer = spec->layer_uid_from != 0;
+    cc.layer_uid_from = spec->layer_uid_from;
     struct fb_container ct = {0};
     if (fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0 ||
         fb_net_attach(core, row, ct.init_pid, spec->network_mode, err) < 0) {
@@ -237,9 +240,15 @@ int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_
                       json_t **out, fb_error_t *err)
 {
     char rootfs[PATH_MAX];
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (spec->checkpoint[0] != '\0') { /* never from the warm pool */
+        if (fb_checkpoint_new_sandbox(core, tenant, spec, &row, err) < 0)
+            return -1;
+        *out = row_to_json(&row);
+        return 0;
+    }
     if (fb_template_rootfs(core, spec->template_name, rootfs, sizeof rootfs, err) < 0)
         return -1;
-    cleanup_row struct fb_sandbox_row row = {0};
     if (fb_core_new_row(tenant, spec, &row, err) < 0 || fb_core_reserve_row(core, &row, false, err) < 0)
         return -1;
     /* a warm sandbox, when one fits, skips the whole start-up */
@@ -316,6 +325,16 @@ int fb_sandbox_get(struct fb_core *core, const char *tenant, const char *id, jso
                                              "disk_bytes_limit", (json_int_t)du.bytes_total, "disk_inodes",
                                              (json_int_t)du.inodes_used, "disk_inodes_limit",
                                              (json_int_t)du.inodes_total));
+        struct fb_checkpoint_row *ck = NULL;
+        size_t nck = 0;
+        cleanup_error fb_error_t ckerr = NULL;
+        if (fb_store_checkpoint_list(core->store, tenant, row.id, &ck, &nck, &ckerr) == 0) {
+            json_int_t total = 0;
+            for (size_t i = 0; i < nck; i++)
+                total += (json_int_t)ck[i].size_bytes;
+            free(ck);
+            json_object_set_new(usage, "checkpoints_bytes", json_integer(total));
+        }
         json_t *net = fb_net_counters(core, &row);
         if (net != NULL)
             json_object_set_new(usage, "network", net);
@@ -393,9 +412,20 @@ int fb_sandbox_delete(struct fb_core *core, const char *tenant, const char *id, 
     cleanup_row struct fb_sandbox_row row = {0};
     if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
-    fb_container_signal((pid_t)row.init_pid);
-    fb_strlcpy(row.state, "deleting", sizeof row.state);
-    if (fb_store_sandbox_update(core->store, &row, err) < 0)
+    /* not in the middle of a checkpoint or rollback (they hold pause_lock):
+     * the row is read again once they are done */
+    pthread_mutex_lock(&core->pause_lock);
+    fb_sandbox_row_clear(&row);
+    int rc = fb_store_sandbox_get(core->store, tenant, id, &row, err);
+    if (rc == 0 && strcmp(row.state, "deleting") == 0)
+        rc = fb_error_set(err, FB_ERR_NOT_FOUND, 0, "sandbox %s not found", id);
+    if (rc == 0) {
+        fb_container_signal((pid_t)row.init_pid);
+        fb_strlcpy(row.state, "deleting", sizeof row.state);
+        rc = fb_store_sandbox_update(core->store, &row, err);
+    }
+    pthread_mutex_unlock(&core->pause_lock);
+    if (rc < 0)
         return -1;
     pthread_mutex_lock(&core->lock);
     core->cleanup_wanted = true;
@@ -608,6 +638,7 @@ void fb_core_remove_orphans(struct fb_core *core)
     }
     remove_orphans(core, rows, n);
     fb_sandbox_rows_free(rows, n);
+    fb_checkpoint_remove_orphans(core);
 }
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err)

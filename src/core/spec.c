@@ -296,8 +296,9 @@ static void create_defaults(struct fb_create_spec *s)
 
 static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_t *err)
 {
-    static const char *const fields[] = {"template", "ttl",       "on_expire", "labels",       "env",
-                                         "workdir",  "resources", "network",   "idle_timeout", NULL};
+    static const char *const fields[] = {"template",     "ttl",        "on_expire", "labels",
+                                         "env",          "workdir",    "resources", "network",
+                                         "idle_timeout", "checkpoint", NULL};
     if (!json_is_object(body))
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "request body must be a JSON object");
     if (check_fields(body, fields, "", err) < 0)
@@ -310,6 +311,15 @@ static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_
             fb_template_name_check(name, err) < 0)
             return -1;
         strcpy(s->template_name, name);
+    }
+    v = json_object_get(body, "checkpoint");
+    if (!is_null_or_absent(v)) {
+        const char *id;
+        if (get_string(v, "checkpoint", FB_CHECKPOINT_ID_LEN, false, &id, err) < 0)
+            return -1;
+        if (!fb_checkpoint_id_valid(id))
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "checkpoint: must be a checkpoint id (ckpt_...)");
+        strcpy(s->checkpoint, id);
     }
     v = json_object_get(body, "ttl");
     if (!is_null_or_absent(v)) {
@@ -382,18 +392,31 @@ void fb_create_spec_clear(struct fb_create_spec *s)
     fb_json_decrefp(&s->allow);
 }
 
+bool fb_checkpoint_id_valid(const char *s)
+{
+    if (strncmp(s, "ckpt_", 5) != 0 || strlen(s) != FB_CHECKPOINT_ID_LEN)
+        return false;
+    for (const char *p = s + 5; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}
+
 json_t *fb_create_spec_to_json(const struct fb_create_spec *s)
 {
     json_t *labels = s->labels != NULL ? json_deep_copy(s->labels) : json_object();
     json_t *env = s->env != NULL ? json_deep_copy(s->env) : json_object();
     json_t *allow = s->allow != NULL ? json_deep_copy(s->allow) : json_array();
     /* json_pack releases the "o" references it was given even when it fails */
-    return json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:o}}", "template",
-                     s->template_name, "ttl", (json_int_t)s->ttl_s, "idle_timeout",
-                     (json_int_t)s->idle_timeout_s, "on_expire", s->on_expire, "labels", labels, "env", env,
-                     "workdir", s->workdir, "resources", "cpus", s->res.cpus, "memory_mb",
-                     (json_int_t)s->res.memory_mb, "pids", (json_int_t)s->res.pids, "disk_mb",
-                     (json_int_t)s->res.disk_mb, "network", "mode", s->network_mode, "allow", allow);
+    json_t *o = json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:o}}",
+                          "template", s->template_name, "ttl", (json_int_t)s->ttl_s, "idle_timeout",
+                          (json_int_t)s->idle_timeout_s, "on_expire", s->on_expire, "labels", labels, "env",
+                          env, "workdir", s->workdir, "resources", "cpus", s->res.cpus, "memory_mb",
+                          (json_int_t)s->res.memory_mb, "pids", (json_int_t)s->res.pids, "disk_mb",
+                          (json_int_t)s->res.disk_mb, "network", "mode", s->network_mode, "allow", allow);
+    if (o != NULL && s->checkpoint[0] != '\0')
+        json_object_set_new(o, "checkpoint", json_string(s->checkpoint));
+    return o;
 }
 
 int fb_create_spec_from_json(json_t *j, struct fb_create_spec *out, fb_error_t *err)

@@ -4,6 +4,7 @@
 #ifndef FB_CORE_SPEC_H
 #define FB_CORE_SPEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,8 @@ struct fb_resources {
     uint64_t disk_mb;   /* 16 .. 1048576: the writable layer's filesystem size (and so inodes) */
 };
 
+#define FB_CHECKPOINT_ID_LEN 21
+
 struct fb_create_spec {
     char template_name[FB_TEMPLATE_NAME_MAX + 1]; /* default "default" */
     int64_t ttl_s;                                /* 0: never expires */
@@ -48,7 +51,15 @@ struct fb_create_spec {
     char workdir[4096];                           /* absolute normalised path, default "/root" */
     struct fb_resources res;
     char network_mode[FB_NET_MODE_MAX]; /* "none" or "open" ("allowlist": 501 for now) */
+    /* "ckpt_" + 16 hex: the files come from this checkpoint ("": none).  In
+     * a stored spec: the checkpoint the sandbox was last created from,
+     * rolled back to or checkpointed to (the next checkpoint's parent). */
+    char checkpoint[FB_CHECKPOINT_ID_LEN + 1];
+    uint32_t layer_uid_from; /* not stored: uid base of the checkpoint's files */
 };
+
+/* Whether s is a well-formed checkpoint id: "ckpt_" and 16 lowercase hex. */
+bool fb_checkpoint_id_valid(const char *s);
 
 /* Parses a POST /v1/sandboxes body (NULL or {} gives all defaults).  On
  * success the caller owns *out and releases it with fb_create_spec_clear().

@@ -5,6 +5,7 @@
  * another thread might hold: every string and buffer it uses is prepared
  * by the parent in struct child_plan before the clone. */
 #include "container.h"
+#include "copy.h"
 #include "disk.h"
 
 #include <errno.h>
@@ -356,8 +357,27 @@ static int prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
         if (fb_snprintf(img, sizeof img, "%s/layer.img", c->sandbox_dir) < 0 ||
             fb_snprintf(layer, sizeof layer, "%s/layer", c->sandbox_dir) < 0)
             return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox dir path");
-        if (fb_disk_create(img, layer, c->disk_bytes, err) < 0)
+        if ((c->reuse_layer ? fb_disk_mount(img, layer, err)
+                            : fb_disk_create(img, layer, c->disk_bytes, err)) < 0)
             return -1;
+    }
+    if (c->reuse_layer) {
+        /* records of background processes came back with the files; those
+         * processes do not run here */
+        if (fb_snprintf(path, sizeof path, "%s/layer/procs", c->sandbox_dir) < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox dir path");
+        int r = fb_rm_rf(path);
+        if (r < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, -r, "clear %s", path);
+    }
+    if (c->reuse_layer && c->layer_uid_from != 0 && c->layer_uid_from != c->uid_base) {
+        if (fb_snprintf(path, sizeof path, "%s/layer", c->sandbox_dir) < 0)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "sandbox dir path");
+        cleanup_close int lfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (lfd < 0)
+            return fb_error_sys(err, "open %s", path);
+        if (fb_tree_shift_owner(lfd, c->layer_uid_from, c->uid_base, FB_UID_COUNT, err) < 0)
+            return fb_error_wrap(err, "move the restored layer's files to the sandbox's uids");
     }
     for (size_t i = 0; i < 2; i++) {
         if (fb_snprintf(path, sizeof path, "%s/layer/%s", c->sandbox_dir, i == 0 ? "upper" : "work") < 0)

@@ -12,6 +12,7 @@
 #define FB_RUNTIME_CONTAINER_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -36,6 +37,12 @@ struct fb_container_config {
     const struct fb_seccomp_prog *seccomp;
     const struct fb_cgroup_host *cgroups;
     const struct fb_cgroup_limits *limits;
+    /* the writable layer is already there (a restored checkpoint): the
+     * image sandbox_dir/layer.img is mounted, or the dir sandbox_dir/layer
+     * used, rather than a new one made; owners from layer_uid_from's range
+     * move to uid_base's (0: none) */
+    bool reuse_layer;
+    uid_t layer_uid_from;
 };
 
 struct fb_container {

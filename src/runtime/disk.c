@@ -138,6 +138,11 @@ int fb_disk_create(const char *img, const char *mnt, uint64_t bytes, fb_error_t 
     }
     if (format_image(img, bytes, err) < 0)
         return -1;
+    return fb_disk_mount(img, mnt, err);
+}
+
+int fb_disk_mount(const char *img, const char *mnt, fb_error_t *err)
+{
     cleanup_close int img_fd = open(img, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (img_fd < 0)
         return fb_error_sys(err, "open %s", img);

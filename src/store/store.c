@@ -192,6 +192,15 @@ static const char *const migrations[] = {
     /* 2: why a sandbox is in its state (e.g. why it stopped) */
     "ALTER TABLE sandboxes ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';"
     "PRAGMA user_version = 2;",
+    /* 3: files-only checkpoints; sandbox_id has no foreign key: a
+     * checkpoint outlives its sandbox */
+    "CREATE TABLE checkpoints (id TEXT PRIMARY KEY NOT NULL, tenant_id TEXT NOT NULL,"
+    "  sandbox_id TEXT NOT NULL, name TEXT NOT NULL, template TEXT NOT NULL, parent TEXT NOT NULL,"
+    "  layer_kind TEXT NOT NULL, uid_base INTEGER NOT NULL, size_bytes INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE INDEX checkpoints_tenant ON checkpoints(tenant_id);"
+    "CREATE INDEX checkpoints_sandbox ON checkpoints(sandbox_id);"
+    "PRAGMA user_version = 3;",
 };
 #define SCHEMA_VERSION ((int64_t)(sizeof migrations / sizeof migrations[0]))
 

@@ -88,6 +88,31 @@ int fb_store_sandbox_delete(fb_store *s, const char *id, fb_error_t *err);
 /* uid_base values in use, for allocating a free range. Caller frees. */
 int fb_store_sandbox_uid_bases(fb_store *s, int64_t **bases, size_t *n, fb_error_t *err);
 
+/* ---- checkpoints (files only) ------------------------------------------ */
+
+struct fb_checkpoint_row {
+    char id[FB_ID_MAX]; /* ckpt_ + 16 hex */
+    char tenant[FB_ID_MAX];
+    char sandbox[FB_ID_MAX]; /* the sandbox it was taken of (may be gone since) */
+    char name[FB_NAME_MAX];  /* "" when none was given */
+    char template_name[FB_NAME_MAX];
+    char parent[FB_ID_MAX]; /* "" when none */
+    char layer_kind[8];     /* "image" (ext4 image) or "dir" (directory tree) */
+    int64_t uid_base;       /* host uid of root inside when it was taken */
+    int64_t size_bytes;     /* disk used by its copy */
+    int64_t created_ms;
+};
+
+/* Inserts a row; FB_ERR_CONFLICT if the id exists. */
+int fb_store_checkpoint_insert(fb_store *s, const struct fb_checkpoint_row *row, fb_error_t *err);
+/* tenant NULL: any.  FB_ERR_NOT_FOUND when absent or another tenant's. */
+int fb_store_checkpoint_get(fb_store *s, const char *tenant, const char *id, struct fb_checkpoint_row *out,
+                            fb_error_t *err);
+/* Rows of tenant and/or sandbox (NULL: any), oldest first; caller frees *rows. */
+int fb_store_checkpoint_list(fb_store *s, const char *tenant, const char *sandbox,
+                             struct fb_checkpoint_row **rows, size_t *n, fb_error_t *err);
+int fb_store_checkpoint_delete(fb_store *s, const char *id, fb_error_t *err);
+
 /* ---- templates --------------------------------------------------------- */
 
 struct fb_template_row {

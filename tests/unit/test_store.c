@@ -130,7 +130,7 @@ static void test_open_private_wal(void **state)
     cleanup_free char *mode = raw_text(f->path, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     cleanup_free char *version = raw_text(f->path, "PRAGMA user_version");
-    assert_string_equal(version, "2");
+    assert_string_equal(version, "3");
     cleanup_free char *indexes = raw_text(f->path, "SELECT group_concat(name, ',') FROM (SELECT name FROM "
                                                    "sqlite_master WHERE type = 'index' AND tbl_name = "
                                                    "'sandboxes' AND sql IS NOT NULL ORDER BY name)");
@@ -158,7 +158,7 @@ static void test_newer_schema_refused(void **state)
     assert_null(s);
 
     /* Put it back so teardown has a store to close. */
-    free(raw_text(f->path, "PRAGMA user_version = 2"));
+    free(raw_text(f->path, "PRAGMA user_version = 3"));
     reopen(f);
 }
 
@@ -411,6 +411,64 @@ static struct fb_template_row tpl(const char *name, const char *source, int64_t 
     return r;
 }
 
+static void test_checkpoints(void **state)
+{
+    struct fixture *f = *state;
+    cleanup_error fb_error_t err = NULL;
+    struct fb_checkpoint_row a = {.uid_base = 100000, .size_bytes = 4096, .created_ms = 10};
+    strcpy(a.id, "ckpt_0000000000000001");
+    strcpy(a.tenant, "t1");
+    strcpy(a.sandbox, "sbx_1");
+    strcpy(a.name, "first");
+    strcpy(a.template_name, "default");
+    strcpy(a.layer_kind, "image");
+    assert_int_equal(fb_store_checkpoint_insert(f->s, &a, &err), 0);
+    expect_kind(fb_store_checkpoint_insert(f->s, &a, &err), &err, FB_ERR_CONFLICT);
+
+    struct fb_checkpoint_row b = a;
+    strcpy(b.id, "ckpt_0000000000000002");
+    strcpy(b.parent, a.id);
+    b.created_ms = 20;
+    assert_int_equal(fb_store_checkpoint_insert(f->s, &b, &err), 0);
+    struct fb_checkpoint_row c = a;
+    strcpy(c.id, "ckpt_0000000000000003");
+    strcpy(c.tenant, "t2");
+    strcpy(c.sandbox, "sbx_2");
+    assert_int_equal(fb_store_checkpoint_insert(f->s, &c, &err), 0);
+
+    struct fb_checkpoint_row got;
+    assert_int_equal(fb_store_checkpoint_get(f->s, "t1", b.id, &got, &err), 0);
+    assert_string_equal(got.parent, a.id);
+    assert_string_equal(got.sandbox, "sbx_1");
+    assert_string_equal(got.layer_kind, "image");
+    assert_int_equal(got.uid_base, 100000);
+    assert_int_equal(got.size_bytes, 4096);
+    assert_int_equal(got.created_ms, 20);
+    /* another tenant's row is not found */
+    expect_kind(fb_store_checkpoint_get(f->s, "t2", b.id, &got, &err), &err, FB_ERR_NOT_FOUND);
+    assert_int_equal(fb_store_checkpoint_get(f->s, NULL, c.id, &got, &err), 0);
+
+    struct fb_checkpoint_row *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(fb_store_checkpoint_list(f->s, "t1", "sbx_1", &rows, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].id, a.id); /* oldest first */
+    assert_string_equal(rows[1].id, b.id);
+    free(rows);
+    assert_int_equal(fb_store_checkpoint_list(f->s, NULL, NULL, &rows, &n, &err), 0);
+    assert_int_equal(n, 3);
+    free(rows);
+    assert_int_equal(fb_store_checkpoint_list(f->s, "t2", "sbx_1", &rows, &n, &err), 0);
+    assert_int_equal(n, 0);
+    free(rows);
+
+    assert_int_equal(fb_store_checkpoint_delete(f->s, a.id, &err), 0);
+    expect_kind(fb_store_checkpoint_delete(f->s, a.id, &err), &err, FB_ERR_NOT_FOUND);
+    /* the child keeps its parent's id */
+    assert_int_equal(fb_store_checkpoint_get(f->s, NULL, b.id, &got, &err), 0);
+    assert_string_equal(got.parent, a.id);
+}
+
 static void test_templates(void **state)
 {
     struct fixture *f = *state;
@@ -586,6 +644,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sandbox_expired, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sandbox_uid_bases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_templates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_persists, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spec_unicode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
