@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/cleanup.h"
@@ -95,7 +96,16 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (core->lock_fd < 0)
         return fb_error_sys(err, "open %s", path);
-    if (flock(core->lock_fd, LOCK_EX | LOCK_NB) < 0)
+    /* a daemon killed a moment ago may still have a child between clone
+     * and closing its inherited fds (it dies with its parent, within
+     * milliseconds): wait a little before calling the dir taken */
+    int locked = -1;
+    for (int i = 0; i < 30 && (locked = flock(core->lock_fd, LOCK_EX | LOCK_NB)) < 0 && errno == EWOULDBLOCK;
+         i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (locked < 0)
         return fb_error_set(err, FB_ERR_CONFLICT, errno, "another forkboxd uses the state dir %s",
                             cfg->state_dir);
 
