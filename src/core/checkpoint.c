@@ -483,9 +483,14 @@ int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id
             fb_rm_rf(next);
     }
     if (rc == 0) {
-        /* requests meanwhile see a sandbox that is starting: 409 */
-        fb_strlcpy(row.state, "starting", sizeof row.state);
-        fb_snprintf(row.state_reason, sizeof row.state_reason, "rolling back to checkpoint %s", cid);
+        /* requests meanwhile get 409 with this reason.  Not "starting": a
+         * daemon that dies here must find a stopped sandbox to roll back
+         * again, not an unfinished create to throw away. */
+        fb_strlcpy(row.state, "stopped", sizeof row.state);
+        fb_snprintf(
+            row.state_reason, sizeof row.state_reason,
+            "rolling back to checkpoint %s (if this stays, the rollback was interrupted: roll back again)",
+            cid);
         rc = fb_store_sandbox_update(core->store, &row, err);
         if (rc < 0)
             fb_rm_rf(next);
