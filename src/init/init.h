@@ -56,6 +56,11 @@ int fbi_read_stdin(int conn, size_t max, char **buf, size_t *len);
 void fbi_child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **argv, char **envp, const char *cwd,
                     const struct fbi_user *u, bool ctty) __attribute__((noreturn));
 
+/* After fbi_child_exec(): reads (and closes) the child's errpipe.  0 when
+ * the command started; else its errno, with "exec|chdir|set user PATH:
+ * reason" in msg. */
+int fbi_exec_failure(int errpipe, const char *cwd, const char *argv0, char *msg, size_t len);
+
 /* Milliseconds on clock (CLOCK_MONOTONIC, CLOCK_REALTIME). */
 int64_t fbi_clock_ms(clockid_t clock);
 

@@ -446,16 +446,11 @@ void fbi_spawn_serve(int conn, json_t *req)
         fbi_child_exec(pin[0], pout[1], perr[1], pex[1], argv, envp, cwd, &u, false);
     }
     close(pex[1]);
-    char exmsg[512];
-    ssize_t exn = read(pex[0], exmsg, sizeof exmsg - 1);
-    close(pex[0]);
-    if (exn > 0) {
-        exmsg[exn] = '\0';
-        int e = atoi(exmsg);
-        const char *what = strchr(exmsg, ' ');
-        char line[640];
-        snprintf(line, sizeof line, "cannot start the process: %s %s: %s", what ? what + 1 : "exec",
-                 strcmp(what ? what + 1 : "", "chdir") == 0 ? cwd : argv[0], strerror(e));
+    char why[640];
+    int e = fbi_exec_failure(pex[0], cwd, argv[0], why, sizeof why);
+    if (e != 0) {
+        char line[680];
+        snprintf(line, sizeof line, "cannot start the process: %s", why);
         waitpid(pid, NULL, 0);
         fbi_send_error(conn, e, line);
         _exit(1);

@@ -176,6 +176,21 @@ void fbi_child_exec(int in_fd, int out_fd, int err_fd, int errpipe, char **argv,
     _exit(127);
 }
 
+int fbi_exec_failure(int errpipe, const char *cwd, const char *argv0, char *msg, size_t len)
+{
+    char exmsg[512];
+    ssize_t n = read(errpipe, exmsg, sizeof exmsg - 1);
+    close(errpipe);
+    if (n <= 0)
+        return 0; /* closed on exec: it started */
+    exmsg[n] = '\0';
+    int e = atoi(exmsg);
+    const char *what = strchr(exmsg, ' ');
+    what = what != NULL ? what + 1 : "exec";
+    snprintf(msg, len, "%s %s: %s", what, strcmp(what, "chdir") == 0 ? cwd : argv0, strerror(e));
+    return e != 0 ? e : EIO;
+}
+
 int fbi_read_stdin(int conn, size_t max, char **buf, size_t *len)
 {
     *buf = NULL;
@@ -277,16 +292,10 @@ void fbi_exec_serve(int conn, json_t *req)
     close(pex[1]);
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 
-    char exmsg[512];
-    ssize_t exn = read(pex[0], exmsg, sizeof exmsg - 1);
-    close(pex[0]);
-    if (exn > 0) {
-        exmsg[exn] = '\0';
-        int e = atoi(exmsg);
-        const char *what = strchr(exmsg, ' ');
-        char line[640];
-        int len = snprintf(line, sizeof line, "forkbox: %s %s: %s\n", what ? what + 1 : "exec",
-                           strcmp(what ? what + 1 : "", "chdir") == 0 ? cwd : argv[0], strerror(e));
+    char why[640];
+    if (fbi_exec_failure(pex[0], cwd, argv[0], why, sizeof why) != 0) {
+        char line[660];
+        int len = snprintf(line, sizeof line, "forkbox: %s\n", why);
         fb_wire_send(conn, FB_MSG_STDERR, line, (size_t)len);
     }
 
