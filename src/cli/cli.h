@@ -133,6 +133,21 @@ int fb_cmd_files(struct fb_cli *cli, int argc, char **argv);
 
 /* Ports in (commands_port.c) */
 int fb_cmd_port(struct fb_cli *cli, int argc, char **argv);
+/* Options every process start takes (spawn, shell): --env/-e, --cwd,
+ * --user/-u.  FB_PROC_START_LONGOPTS lists them for a longopts table. */
+enum { FB_OPT_PROC_ENV = 0x3400, FB_OPT_PROC_CWD, FB_OPT_PROC_USER };
+#define FB_PROC_START_LONGOPTS                                                                               \
+    {"env", required_argument, NULL, FB_OPT_PROC_ENV}, {"cwd", required_argument, NULL, FB_OPT_PROC_CWD},    \
+    {                                                                                                        \
+        "user", required_argument, NULL, FB_OPT_PROC_USER                                                    \
+    }
+#define FB_OPT_NOT_MINE (-1)
+/* Takes option c (value arg) into a process-start body: env into *env
+ * (created on first use), cwd and user into body.  0 when taken,
+ * FB_OPT_NOT_MINE for another option, or the usage exit code for a bad
+ * value (after the message). */
+int fb_proc_start_option(const struct fb_command *cmd, int c, const char *arg, json_t *body, json_t **env);
+
 int fb_cmd_spawn(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_ps(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_logs(struct fb_cli *cli, int argc, char **argv);

@@ -15,9 +15,6 @@
 enum {
     OPT_TAG = 0x3100,
     OPT_PTY,
-    OPT_ENV,
-    OPT_CWD,
-    OPT_USER,
     OPT_FOLLOW,
     OPT_OFFSET,
     OPT_SIGNAL,
@@ -25,10 +22,25 @@ enum {
 
 /* ---- spawn ---- */
 
+int fb_proc_start_option(const struct fb_command *cmd, int c, const char *arg, json_t *body, json_t **env)
+{
+    if (c == 'e' || c == FB_OPT_PROC_ENV) {
+        if (fb_parse_kv(arg, env) < 0)
+            return fb_usage_error(cmd, "--env: expected K=V, got '%s'", arg);
+        return 0;
+    }
+    if (c == FB_OPT_PROC_CWD)
+        return json_object_set_new(body, "cwd", json_string(arg)) == 0 ? 0 : FB_EXIT_FAIL;
+    if (c == 'u' || c == FB_OPT_PROC_USER)
+        return json_object_set_new(body, "user", json_string(arg)) == 0 ? 0 : FB_EXIT_FAIL;
+    return FB_OPT_NOT_MINE;
+}
+
 static const struct option spawn_longopts[] = {
-    {"tag", required_argument, NULL, OPT_TAG},   {"pty", no_argument, NULL, OPT_PTY},
-    {"env", required_argument, NULL, OPT_ENV},   {"cwd", required_argument, NULL, OPT_CWD},
-    {"user", required_argument, NULL, OPT_USER}, {NULL, 0, NULL, 0},
+    {"tag", required_argument, NULL, OPT_TAG},
+    {"pty", no_argument, NULL, OPT_PTY},
+    FB_PROC_START_LONGOPTS,
+    {NULL, 0, NULL, 0},
 };
 
 static const struct fb_command spawn_cmd = {
@@ -58,16 +70,13 @@ int fb_cmd_spawn(struct fb_cli *cli, int argc, char **argv)
     while ((c = fb_args_next(&a)) != -1) {
         if (c == FB_ARGS_EXIT)
             return a.exit_code;
+        int r = fb_proc_start_option(&spawn_cmd, c, optarg, body, &env);
+        if (r > 0)
+            return r;
         if (c == 't' || c == OPT_TAG)
             json_object_set_new(body, "tag", json_string(optarg));
         else if (c == OPT_PTY)
             json_object_set_new(body, "pty", json_true());
-        else if ((c == 'e' || c == OPT_ENV) && fb_parse_kv(optarg, &env) < 0)
-            return fb_usage_error(&spawn_cmd, "--env: expected K=V, got '%s'", optarg);
-        else if (c == OPT_CWD)
-            json_object_set_new(body, "cwd", json_string(optarg));
-        else if (c == 'u' || c == OPT_USER)
-            json_object_set_new(body, "user", json_string(optarg));
     }
     if (optind < argc && strcmp(argv[optind], "--") == 0)
         optind++;

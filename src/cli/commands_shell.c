@@ -31,10 +31,7 @@
 #define CLOSE_WAIT_MS 5000
 
 enum {
-    OPT_ENV = 0x3200,
-    OPT_CWD,
-    OPT_USER,
-    OPT_REPLAY,
+    OPT_REPLAY = 0x3200,
     OPT_OFFSET,
 };
 
@@ -368,9 +365,7 @@ static int attach_session(struct fb_cli *cli, const char *id, long long pid, con
 /* ---- shell ---- */
 
 static const struct option shell_longopts[] = {
-    {"env", required_argument, NULL, OPT_ENV},
-    {"cwd", required_argument, NULL, OPT_CWD},
-    {"user", required_argument, NULL, OPT_USER},
+    FB_PROC_START_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -401,12 +396,9 @@ int fb_cmd_shell(struct fb_cli *cli, int argc, char **argv)
     while ((c = fb_args_next(&a)) != -1) {
         if (c == FB_ARGS_EXIT)
             return a.exit_code;
-        if ((c == 'e' || c == OPT_ENV) && fb_parse_kv(optarg, &env) < 0)
-            return fb_usage_error(&shell_cmd, "--env: expected K=V, got '%s'", optarg);
-        else if (c == OPT_CWD)
-            json_object_set_new(body, "cwd", json_string(optarg));
-        else if (c == 'u' || c == OPT_USER)
-            json_object_set_new(body, "user", json_string(optarg));
+        int r = fb_proc_start_option(&shell_cmd, c, optarg, body, &env);
+        if (r > 0)
+            return r;
     }
     if (optind >= argc)
         return fb_usage_error(&shell_cmd, "expected a sandbox id");
