@@ -479,6 +479,25 @@ int fb_proc_list(struct fb_core *core, const char *tenant, const char *id, json_
     return 0;
 }
 
+/* Whether a record still waits for its pid name (new.*). */
+static bool has_unnamed(int procs)
+{
+    int fd = dup(procs);
+    if (fd < 0)
+        return true; /* let the full scan say what is wrong */
+    cleanup_dir DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return true;
+    }
+    rewinddir(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, "new.", 4) == 0)
+            return true;
+    return false;
+}
+
 /* Opens the record of pid in sandbox id of tenant. */
 static int record_open(struct fb_core *core, const char *tenant, const char *id, const char *pid,
                        fb_error_t *err)
@@ -493,10 +512,11 @@ static int record_open(struct fb_core *core, const char *tenant, const char *id,
         return fb_error_set(err, FB_ERR_NOT_FOUND, 0, "no process %s in sandbox %s", pid, id);
     if (procs < 0)
         return -1;
-    /* a start the daemon could not finish naming gets its name now */
+    /* a start the daemon could not finish naming gets its name now (only
+     * then: stdin and resizes come here once per keystroke) */
     cleanup_free struct record *recs = NULL;
     size_t n = 0;
-    if (records_scan(procs, &recs, &n, err) < 0)
+    if (has_unnamed(procs) && records_scan(procs, &recs, &n, err) < 0)
         return -1;
     int dir = openat(procs, pid, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0)
