@@ -132,6 +132,7 @@ struct MHD_Response *fb_h_proc_resize(struct fb_req *r, unsigned *status)
 /* ---- output ---- */
 
 struct out_stream {
+    struct fb_api *api;
     struct fb_proc_reader rd;
     bool follow, sse, done;
     char *line;
@@ -198,6 +199,11 @@ static ssize_t out_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             queue_event(s, json_pack("{s:s, s:I}", "type", "end", "offset", (json_int_t)s->rd.offset));
             continue;
         }
+        /* a stopping daemon cuts the stream short (the client sees it
+         * unfinished and resumes from its offset later): a follower of a
+         * process that runs on must not hold the stop up */
+        if (atomic_load(&s->api->stopping))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
         /* a client that went away is noticed at the next write: idle
          * streams carry a heartbeat so that it comes */
         if (fb_mono_ms() - s->last_ms >= HEARTBEAT_MS) {
@@ -232,6 +238,7 @@ struct MHD_Response *fb_h_proc_output(struct fb_req *r, unsigned *status)
     struct out_stream *s = calloc(1, sizeof *s);
     if (s == NULL)
         return fb_resp_error_new(FB_ERR_INTERNAL, status, "out of memory");
+    s->api = r->api;
     s->sse = sse;
     s->follow = follow != NULL && strcmp(follow, "true") == 0;
     s->last_ms = fb_mono_ms();

@@ -336,3 +336,21 @@ def test_cli_spawn_ps_logs_kill(make, client, cli_env):
     r = cli("logs", sid, "999999")
     assert r.returncode == 1 and "no process" in r.stderr, r
     assert cli("kill", sid, "abc").returncode == 2
+
+
+def test_a_follower_does_not_hold_up_a_graceful_stop(daemon, make, client):
+    """SIGTERM to forkboxd while a client follows a silent process that runs on: the daemon stops at
+    once (not at the stream's next heartbeat or its kill timeout), the stream ends unfinished, and
+    after a restart the process is still there."""
+    sid = make(ttl=0)["id"]
+    p = start(client, sid, cmd=["sleep", "1000"])
+    t = threading.Thread(target=lambda: pytest.raises(Exception, events, client, sid, p["pid"], follow=True,
+                                                      timeout=60))
+    t.start()
+    time.sleep(1)
+    started = time.time()
+    assert daemon.stop() == 0
+    assert time.time() - started < 5
+    t.join(30)
+    daemon.start()
+    assert status(client, sid, p["pid"])["state"] == "running"
