@@ -151,6 +151,18 @@ class Session:
         return [e for e in self.events if e["type"] == kind][-1]
 
 
+
+def wait_running(client, sid, comm, timeout=20):
+    """Until a process named comm runs in the sandbox: a Ctrl-C typed before the shell has started
+    the command would go to the shell instead."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = client.exec(sid, ["sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null"])
+        if comm in r["stdout"].split():
+            return
+        time.sleep(0.1)
+    raise AssertionError("%s never ran in %s" % (comm, sid))
+
 def attach_path(sid, pid, query=""):
     return "/v1/sandboxes/%s/processes/%d/attach%s" % (sid, pid, query)
 
@@ -188,6 +200,7 @@ def test_attach_pty_shell_detach_reattach_and_exit(sandbox, client):
     # Ctrl-C is a byte for the terminal: it interrupts the foreground command
     s.ws.send(b"sleep 100\r")
     s.wait_output("sleep 100\r\n")
+    wait_running(client, sid, "sleep")
     s.ws.send(b"\x03")
     s.ws.send(b"echo after-$((1+1))\r")
     s.wait_output("after-2\r\n", timeout=20)
@@ -354,6 +367,7 @@ def test_shell_in_tmux(sandbox, cli_env, tmux, client):
     # Ctrl-C interrupts the foreground command, not the shell
     tmux.run("send-keys", "-t", "fbtest", "sleep 100", "Enter")
     tmux.wait_line(r"sleep 100\s*$")
+    wait_running(client, sandbox["id"], "sleep")
     time.sleep(0.3)  # let the shell start the sleep (correctness does not depend on it)
     tmux.run("send-keys", "-t", "fbtest", "C-c")
     tmux.run("send-keys", "-t", "fbtest", "echo after-$((1+1))", "Enter")
