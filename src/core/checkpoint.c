@@ -49,7 +49,7 @@ static json_t *ckpt_to_json(const struct fb_checkpoint_row *c)
     char created[40];
     fb_time_format(c->created_ms, created, sizeof created);
     return json_pack("{s:s, s:s, s:o, s:b, s:o, s:s, s:I, s:s}", "id", c->id, "sandbox", c->sandbox, "name",
-                     c->name[0] ? json_string(c->name) : json_null(), "memory", 0, "parent",
+                     c->name[0] ? json_string(c->name) : json_null(), "memory", c->memory, "parent",
                      c->parent[0] ? json_string(c->parent) : json_null(), "template", c->template_name,
                      "size_bytes", (json_int_t)c->size_bytes, "created_at", created);
 }

@@ -8,7 +8,8 @@
 #include "internal.h"
 
 #define CKPT_COLS                                                                                            \
-    "id, tenant_id, sandbox_id, name, template, parent, layer_kind, uid_base, size_bytes, created_ms"
+    "id, tenant_id, sandbox_id, name, template, parent, layer_kind, uid_base, size_bytes, created_ms, "      \
+    "memory"
 
 static int ckpt_load(sqlite3 *db, sqlite3_stmt *st, struct fb_checkpoint_row *out, fb_error_t *err)
 {
@@ -23,6 +24,7 @@ static int ckpt_load(sqlite3 *db, sqlite3_stmt *st, struct fb_checkpoint_row *ou
     out->uid_base = sqlite3_column_int64(st, 7);
     out->size_bytes = sqlite3_column_int64(st, 8);
     out->created_ms = sqlite3_column_int64(st, 9);
+    out->memory = sqlite3_column_int64(st, 10) != 0;
     return 0;
 }
 
@@ -37,7 +39,8 @@ int fb_store_checkpoint_insert(fb_store *s, const struct fb_checkpoint_row *row,
     cleanup_unlock pthread_mutex_t *lock = sq_lock(s);
     cleanup_stmt sqlite3_stmt *st = NULL;
     if (sq_prepare(s->db, &st,
-                   "INSERT INTO checkpoints (" CKPT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                   "INSERT INTO checkpoints (" CKPT_COLS
+                   ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                    err) < 0)
         return -1;
     if (sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC) != SQLITE_OK ||
@@ -49,7 +52,8 @@ int fb_store_checkpoint_insert(fb_store *s, const struct fb_checkpoint_row *row,
         sqlite3_bind_text(st, 7, row->layer_kind, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_int64(st, 8, row->uid_base) != SQLITE_OK ||
         sqlite3_bind_int64(st, 9, row->size_bytes) != SQLITE_OK ||
-        sqlite3_bind_int64(st, 10, row->created_ms) != SQLITE_OK)
+        sqlite3_bind_int64(st, 10, row->created_ms) != SQLITE_OK ||
+        sqlite3_bind_int64(st, 11, row->memory ? 1 : 0) != SQLITE_OK)
         return sq_fail(s->db, err, "bind checkpoint");
     int rc = sqlite3_step(st);
     if (sq_is_constraint(rc))

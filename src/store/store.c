@@ -201,6 +201,9 @@ static const char *const migrations[] = {
     "CREATE INDEX checkpoints_tenant ON checkpoints(tenant_id);"
     "CREATE INDEX checkpoints_sandbox ON checkpoints(sandbox_id);"
     "PRAGMA user_version = 3;",
+    /* 4: memory checkpoints (CRIU images beside the layer copy) */
+    "ALTER TABLE checkpoints ADD COLUMN memory INTEGER NOT NULL DEFAULT 0;"
+    "PRAGMA user_version = 4;",
 };
 #define SCHEMA_VERSION ((int64_t)(sizeof migrations / sizeof migrations[0]))
 

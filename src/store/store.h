@@ -10,6 +10,7 @@
 #define FB_STORE_STORE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../common/error.h"
@@ -88,7 +89,7 @@ int fb_store_sandbox_delete(fb_store *s, const char *id, fb_error_t *err);
 /* uid_base values in use, for allocating a free range. Caller frees. */
 int fb_store_sandbox_uid_bases(fb_store *s, int64_t **bases, size_t *n, fb_error_t *err);
 
-/* ---- checkpoints (files only) ------------------------------------------ */
+/* ---- checkpoints --------------------------------------------------------- */
 
 struct fb_checkpoint_row {
     char id[FB_ID_MAX]; /* ckpt_ + 16 hex */
@@ -101,6 +102,7 @@ struct fb_checkpoint_row {
     int64_t uid_base;       /* host uid of root inside when it was taken */
     int64_t size_bytes;     /* disk used by its copy */
     int64_t created_ms;
+    bool memory; /* CRIU images of the process tree are kept beside the layer */
 };
 
 /* Inserts a row; FB_ERR_CONFLICT if the id exists. */
