@@ -16,8 +16,11 @@
 #       crit            CRIU's image tool (Python), a wrapper script
 #       lib/pycriu/     crit's library with its generated protobuf modules
 #
-# Idempotent: when $PREFIX/criu already runs and reports a version >= 4.0
-# nothing is done.  Nothing is installed unless the build succeeded and the
+# forkbox's fixes in scripts/criu-patches/ are applied before the build
+# (0001: restore a process whose executable is a memfd, as forkbox-init is).
+#
+# Idempotent: when $PREFIX/criu already runs, reports a version >= 4.0 and
+# was built with the current patches, nothing is done.  Nothing is installed unless the build succeeded and the
 # new binary runs; the criu binary is installed last, so a failure leaves
 # either the old install or none.
 #
@@ -32,7 +35,7 @@ PREFIX=${FORKBOX_CRIU_PREFIX:-/usr/local/lib/forkbox/criu}
 CACHE=${FORKBOX_CRIU_CACHE:-/var/cache/forkbox/criu-src}
 MIRROR=${FORKBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SOURCES=/etc/apt/sources.list.d/forkbox-criu-src.sources
-BUILD_DEPS="gcc make pkgconf xz-utils python3 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev \
+BUILD_DEPS="gcc make patch pkgconf xz-utils python3 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev \
 protobuf-compiler libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libnftables-dev uuid-dev \
 python3-protobuf"
 
@@ -53,8 +56,15 @@ version_ok() { # >= 4.0
     [ "$major" -ge 4 ]
 }
 
+# forkbox's own fixes to CRIU (scripts/criu-patches/*.patch, applied in
+# order); an install made with another set is rebuilt
+PATCHES=$(cd "$(dirname "$0")/criu-patches" && pwd)
+patch_level() {
+    cat "$PATCHES"/*.patch 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+
 have=$(criu_version "$PREFIX/criu" || true)
-if [ -n "$have" ] && version_ok "$have"; then
+if [ -n "$have" ] && version_ok "$have" && [ "$(cat "$PREFIX/patch-level" 2>/dev/null)" = "$(patch_level)" ]; then
     say "criu $have already installed at $PREFIX/criu"
     exit 0
 fi
@@ -126,6 +136,11 @@ src=$(find "$build" -mindepth 1 -maxdepth 1 -type d | head -n 1)
 if [ -z "$src" ] || [ ! -f "$src/Makefile" ]; then
     die "$orig holds no criu source tree"
 fi
+for p in "$PATCHES"/*.patch; do
+    [ -f "$p" ] || continue
+    say "applying $(basename "$p")"
+    patch -d "$src" -p1 --forward --silent <"$p" || die "cannot apply $p"
+done
 make -C "$src" -j2 criu >"$build/make.log" 2>&1 || {
     tail -n 40 "$build/make.log" >&2
     die "make criu failed (last lines above)"
@@ -164,4 +179,5 @@ mv -f "$PREFIX/crit.tmp" "$PREFIX/crit"
 "$PREFIX/crit" --help >/dev/null 2>&1 || die "crit does not run after install ($PREFIX/crit --help)"
 install -m 0755 "$src/criu/criu" "$PREFIX/criu.tmp"
 mv -f "$PREFIX/criu.tmp" "$PREFIX/criu"
+patch_level >"$PREFIX/patch-level"
 say "criu $(criu_version "$PREFIX/criu") installed at $PREFIX/criu (crit at $PREFIX/crit)"

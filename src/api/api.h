@@ -155,6 +155,8 @@ struct MHD_Response *fb_h_audit(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_metrics(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_sandbox_pause(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_sandbox_resume(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_hibernate(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_fork(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_checkpoint_create(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_checkpoint_list(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_checkpoint_get(struct fb_req *r, unsigned *status);

@@ -61,3 +61,15 @@ struct MHD_Response *fb_h_sandbox_rollback(struct fb_req *r, unsigned *status)
     *status = 200;
     return fb_resp_json(out);
 }
+
+struct MHD_Response *fb_h_sandbox_fork(struct fb_req *r, unsigned *status)
+{
+    cleanup_error fb_error_t err = NULL;
+    cleanup_json json_t *body = NULL;
+    json_t *out = NULL;
+    if (fb_req_json(r, &body, &err) < 0 ||
+        fb_sandbox_fork(r->api->core, r->tenant, r->params[0], body, &out, &err) < 0)
+        return fb_resp_error(err, status);
+    *status = 201;
+    return fb_resp_json(out);
+}

@@ -19,6 +19,8 @@ static const struct fb_route routes[] = {
     {"PUT", "/v1/sandboxes/{}/network", FB_BODY_JSON, true, fb_h_sandbox_network},
     {"POST", "/v1/sandboxes/{}/pause", FB_BODY_NONE, true, fb_h_sandbox_pause},
     {"POST", "/v1/sandboxes/{}/resume", FB_BODY_NONE, true, fb_h_sandbox_resume},
+    {"POST", "/v1/sandboxes/{}/hibernate", FB_BODY_NONE, true, fb_h_sandbox_hibernate},
+    {"POST", "/v1/sandboxes/{}/fork", FB_BODY_JSON, true, fb_h_sandbox_fork},
     {"POST", "/v1/sandboxes/{}/checkpoints", FB_BODY_JSON, true, fb_h_checkpoint_create},
     {"GET", "/v1/sandboxes/{}/checkpoints", FB_BODY_NONE, true, fb_h_checkpoint_list},
     {"POST", "/v1/sandboxes/{}/rollback", FB_BODY_JSON, true, fb_h_sandbox_rollback},

@@ -138,6 +138,16 @@ struct MHD_Response *fb_h_sandbox_pause(struct fb_req *r, unsigned *status)
     return fb_resp_json(out);
 }
 
+struct MHD_Response *fb_h_sandbox_hibernate(struct fb_req *r, unsigned *status)
+{
+    cleanup_error fb_error_t err = NULL;
+    json_t *out = NULL;
+    if (fb_sandbox_hibernate(r->api->core, r->tenant, r->params[0], &out, &err) < 0)
+        return fb_resp_error(err, status);
+    *status = 200;
+    return fb_resp_json(out);
+}
+
 struct MHD_Response *fb_h_sandbox_resume(struct fb_req *r, unsigned *status)
 {
     cleanup_error fb_error_t err = NULL;

@@ -150,6 +150,8 @@ int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id
 struct fb_sandbox_handle {
     char id[FB_ID_MAX];
     char sock_path[108];
+    int64_t init_pid; /* host pid of its init */
+    int64_t uid_base;
     char workdir[4096];
     json_t *env; /* owned: the sandbox's env */
 };
@@ -161,6 +163,16 @@ void fb_sandbox_handle_clear(struct fb_sandbox_handle *h);
 int fb_sandbox_pause(struct fb_core *core, const char *tenant, const char *id, json_t **out, fb_error_t *err);
 int fb_sandbox_resume(struct fb_core *core, const char *tenant, const char *id, json_t **out,
                       fb_error_t *err);
+/* Writes a running or paused sandbox's memory and processes to disk with
+ * CRIU and frees its RAM (state "hibernated"); resume restores them.
+ * unsupported without a working CRIU; conflict in another state. */
+int fb_sandbox_hibernate(struct fb_core *core, const char *tenant, const char *id, json_t **out,
+                         fb_error_t *err);
+/* Forks a running sandbox count (1..64) times: each child is a new
+ * sandbox with a copy of its files, memory and processes.  *out is
+ * {"sandboxes": [...]}.  The parent goes on undisturbed. */
+int fb_sandbox_fork(struct fb_core *core, const char *tenant, const char *id, json_t *body, json_t **out,
+                    fb_error_t *err);
 
 /* Finds a running sandbox of tenant.  not_found / conflict (not running). */
 int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_handle *h,
@@ -214,6 +226,8 @@ void fb_core_criu_stop(struct fb_core *core);
  * works; else FB_ERR_UNSUPPORTED (501) with the reason, or
  * FB_ERR_UNAVAILABLE (503) while the self-test is still running. */
 int fb_core_criu_require(struct fb_core *core, fb_error_t *err);
+/* fb_core_criu_require, then the binary that passed the self-test into out. */
+int fb_core_criu_path(struct fb_core *core, char *out, size_t len, fb_error_t *err);
 /* /v1/info's "criu" object: {status, available, version, path, reason,
  * selftest_ms}.  New reference. */
 json_t *fb_core_criu_info(struct fb_core *core);

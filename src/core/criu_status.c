@@ -158,3 +158,17 @@ bool fb_core_criu_missing(struct fb_core *core, char *buf, size_t len)
     free(r);
     return missing;
 }
+
+int fb_core_criu_path(struct fb_core *core, char *out, size_t len, fb_error_t *err)
+{
+    if (fb_core_criu_require(core, err) < 0)
+        return -1;
+    struct fb_criu_result *r = malloc(sizeof *r);
+    if (r == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "criu status");
+    snapshot(core, r);
+    int rc =
+        fb_strlcpy(out, r->path, len) < 0 ? fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "criu path") : 0;
+    free(r);
+    return rc;
+}

@@ -22,6 +22,11 @@ void fb_core_remove_orphans(struct fb_core *core);
 
 int fb_core_readopt(struct fb_core *core, fb_error_t *err);
 
+/* The network namespace of the sandbox id whose init is init_pid, checked
+ * to still be that init (its host uid is uid_base); conflict if it is not
+ * running.  Returns the fd (caller-owned). */
+int fb_core_netns_open(const char *id, int64_t init_pid, int64_t uid_base, fb_error_t *err);
+
 /* The stored row of a sandbox clients may still see (not being deleted),
  * marked stopped first if its init died, resumed first if an idle pause
  * holds it.  not_found; fills *row (caller clears it). */
@@ -133,6 +138,24 @@ int fb_core_reserve_row(struct fb_core *core, struct fb_sandbox_row *row, bool i
 int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,
                       const struct fb_create_spec *spec, fb_error_t *err);
 int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err);
+
+/* ---- memory (memory.c) ---- */
+struct fb_memstate_ext;
+/* Dumps row's processes into dir/criu (made here) and writes
+ * dir/externals.json; with leave_running the sandbox goes on unchanged,
+ * else its processes end.  The caller holds pause_lock. */
+int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const char *dir,
+                   bool leave_running, fb_error_t *err);
+/* Restores dir's images as row's sandbox (its layer already in place) and
+ * attaches its network; row->init_pid is set.  On failure nothing of the
+ * new processes is left. */
+int fb_memory_restore(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,
+                      const struct fb_create_spec *spec, const char *dir, fb_error_t *err);
+/* Brings a hibernated row back and stores it running; under pause_lock. */
+int fb_memory_resume_locked(struct fb_core *core, struct fb_sandbox_row *row, fb_error_t *err);
+int fb_memory_ext_write(const char *dir, const struct fb_memstate_ext *ext, size_t n, fb_error_t *err);
+/* Reads dir/externals.json (hostile input: every entry is checked). */
+int fb_memory_ext_read(const char *dir, struct fb_memstate_ext *ext, size_t *n, fb_error_t *err);
 
 /* ---- checkpoints (checkpoint.c) ----
  * Creates and starts a sandbox whose files are a copy of spec->checkpoint

@@ -147,6 +147,15 @@ static int change(struct fb_core *core, const char *tenant, const char *id, bool
     int r = fb_store_sandbox_get(core->store, tenant, id, &row, err);
     if (r == 0 && strcmp(row.state, "deleting") == 0)
         r = fb_error_set(err, FB_ERR_NOT_FOUND, 0, "sandbox %s not found", id);
+    if (r == 0 && !pause && strcmp(row.state, "hibernated") == 0) {
+        r = fb_memory_resume_locked(core, &row, err);
+        if (r == 0)
+            last_active(core, id, true);
+        pthread_mutex_unlock(&core->pause_lock);
+        fb_sandbox_row_clear(&row);
+        return r < 0 ? fb_error_wrap(err, "resume sandbox %s", id)
+                     : fb_sandbox_get(core, tenant, id, out, err);
+    }
     const char *want_from = pause ? "running" : "paused";
     if (r == 0 && strcmp(row.state, want_from) != 0 && strcmp(row.state, pause ? "paused" : "running") != 0)
         r = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);

@@ -201,29 +201,6 @@ static void *connect_inside(void *arg)
     return NULL;
 }
 
-/* Opens the network namespace of the row's init, making sure the pid
- * still names that init: /proc/PID opened once pins one process, and its
- * real uid must be the sandbox's root (uid_base) on the host. */
-static int open_netns(const struct fb_sandbox_row *row, fb_error_t *err)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%lld", (long long)row->init_pid);
-    cleanup_close int dir = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    cleanup_close int ns = dir < 0 ? -1 : openat(dir, "ns/net", O_RDONLY | O_CLOEXEC);
-    cleanup_close int st = dir < 0 ? -1 : openat(dir, "status", O_RDONLY | O_CLOEXEC);
-    char buf[2048];
-    ssize_t n = st < 0 ? -1 : read(st, buf, sizeof buf - 1);
-    bool ok = ns >= 0 && n > 0;
-    if (ok) {
-        buf[n] = '\0';
-        const char *uid = strstr(buf, "\nUid:");
-        ok = uid != NULL && strtoll(uid + 5, NULL, 10) == row->uid_base;
-    }
-    if (!ok)
-        return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is not running", row->id);
-    return fb_steal_fd(&ns);
-}
-
 int fb_port_connect(struct fb_core *core, const char *tenant, const char *id, unsigned port, fb_error_t *err)
 {
     if (port < 1 || port > 65535)
@@ -233,7 +210,7 @@ int fb_port_connect(struct fb_core *core, const char *tenant, const char *id, un
         return -1;
     if (strcmp(row.state, "running") != 0 || row.init_pid <= 0)
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
-    cleanup_close int ns = open_netns(&row, err);
+    cleanup_close int ns = fb_core_netns_open(row.id, row.init_pid, row.uid_base, err);
     if (ns < 0)
         return -1;
     struct connect_job job = {.netns_fd = ns, .port = (uint16_t)port, .fd = -1};

@@ -21,9 +21,11 @@
 #include "../common/text.h"
 #include "../common/util.h"
 #include "../common/wire.h"
+#include "../runtime/memstate.h"
 #include "../runtime/initconn.h"
 #include "code.h"
 #include "exec.h"
+#include "internal.h"
 
 #define META_MAX 65536
 #define STATUS_MAX 4096
@@ -315,7 +317,10 @@ static int records_prune(int procs, fb_error_t *err)
 
 static int open_new(int dir, const char *name, int flags, fb_error_t *err)
 {
-    int fd = openat(dir, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* O_CREAT | O_EXCL never follows a symlink; O_NOFOLLOW is left out as
+     * it stays in the file's flags, and a restore from a memory checkpoint
+     * reopens these files through /proc/self/fd, which it would refuse */
+    int fd = openat(dir, name, flags | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return fb_error_sys(err, "create process record %s", name);
     return fd;
@@ -390,7 +395,7 @@ int fb_proc_start(struct fb_core *core, const char *tenant, const char *id, cons
     const char *cwd = spec->exec.cwd[0] ? spec->exec.cwd : h.workdir;
     cleanup_json json_t *meta = meta_json(spec, cwd);
     cleanup_free char *meta_s = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-    cleanup_close int fout = -1, fidx = -1, fstatus = -1, fmeta = -1, ctl = -1;
+    cleanup_close int fout = -1, fidx = -1, fstatus = -1, fmeta = -1, ctl = -1, netns = -1;
     cleanup_json json_t *argv = json_array();
     cleanup_json json_t *req = NULL;
     struct sockaddr_un sa;
@@ -404,10 +409,27 @@ int fb_proc_start(struct fb_core *core, const char *tenant, const char *id, cons
         (fidx = open_new(dir, "idx", O_RDWR, err)) < 0 ||
         (fstatus = open_new(dir, "status", O_RDWR, err)) < 0)
         goto out;
-    ctl = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (ctl < 0 || ctl_addr(dir, &sa) < 0 || bind(ctl, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-        listen(ctl, 16) < 0) {
-        fb_error_sys(err, "make the process's control socket");
+    /* the keeper's files are the sandbox root's: a restore from a memory
+     * checkpoint reopens them as that user (they stay out of the sandbox's
+     * sight: the records dir is outside its root) */
+    if (fchown(fout, (uid_t)h.uid_base, (gid_t)h.uid_base) < 0 ||
+        fchown(fidx, (uid_t)h.uid_base, (gid_t)h.uid_base) < 0 ||
+        fchown(fstatus, (uid_t)h.uid_base, (gid_t)h.uid_base) < 0) {
+        fb_error_sys(err, "hand the process record to the sandbox");
+        goto out;
+    }
+    /* made in the sandbox's network namespace, where a memory checkpoint's
+     * dump finds it among the keeper's sockets */
+    netns = fb_core_netns_open(h.id, h.init_pid, h.uid_base, err);
+    if (netns < 0)
+        goto out;
+    if (ctl_addr(dir, &sa) < 0) {
+        fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "control socket path");
+        goto out;
+    }
+    ctl = fb_memstate_listen_in(netns, sa.sun_path, err);
+    if (ctl < 0) {
+        fb_error_wrap(err, "make the process's control socket");
         goto out;
     }
     for (size_t i = 0; i < spec->exec.argc; i++)

@@ -1,6 +1,7 @@
 /* Sandbox lifecycle: create, inspect, list, delete, TTL, re-adoption. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,6 +543,29 @@ int fb_sandbox_set_network(struct fb_core *core, const char *tenant, const char 
     return 0;
 }
 
+/* Opens the network namespace of a sandbox's init, making sure the pid
+ * still names that init: /proc/PID opened once pins one process, and its
+ * real uid must be the sandbox's root (uid_base) on the host. */
+int fb_core_netns_open(const char *id, int64_t init_pid, int64_t uid_base, fb_error_t *err)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld", (long long)init_pid);
+    cleanup_close int dir = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    cleanup_close int ns = dir < 0 ? -1 : openat(dir, "ns/net", O_RDONLY | O_CLOEXEC);
+    cleanup_close int st = dir < 0 ? -1 : openat(dir, "status", O_RDONLY | O_CLOEXEC);
+    char buf[2048];
+    ssize_t n = st < 0 ? -1 : read(st, buf, sizeof buf - 1);
+    bool ok = ns >= 0 && n > 0;
+    if (ok) {
+        buf[n] = '\0';
+        const char *uid = strstr(buf, "\nUid:");
+        ok = uid != NULL && strtoll(uid + 5, NULL, 10) == uid_base;
+    }
+    if (!ok)
+        return fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is not running", id);
+    return fb_steal_fd(&ns);
+}
+
 void fb_sandbox_handle_clear(struct fb_sandbox_handle *h)
 {
     if (h->env)
@@ -564,6 +588,8 @@ int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, st
     fb_core_container_config(core, &row, "", &paths, &cc);
     fb_strlcpy(h->id, row.id, sizeof h->id);
     fb_strlcpy(h->sock_path, paths.sock_path, sizeof h->sock_path);
+    h->init_pid = row.init_pid;
+    h->uid_base = row.uid_base;
     cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
     const char *wd = json_string_value(json_object_get(spec, "workdir"));
     fb_strlcpy(h->workdir, wd ? wd : "/", sizeof h->workdir);
@@ -685,6 +711,8 @@ int fb_core_readopt(struct fb_core *core, fb_error_t *err)
             fb_store_sandbox_delete(core->store, row->id, NULL);
             continue;
         }
+        if (strcmp(row->state, "hibernated") == 0)
+            continue; /* its memory is on disk: it survives restarts of the daemon and the host */
         if (strcmp(row->state, "stopped") != 0) {
             fb_warn("sandbox %s: init is gone, marking it stopped (files kept)", row->id);
             fb_cgroup_destroy(&core->cgroups, row->id, NULL);

@@ -253,6 +253,23 @@ static void serve_ctl(struct keeper *k, int c)
             e = sig <= 0 || sig >= 65 ? EINVAL : errno;
             msg = "cannot signal the process";
         }
+    } else if (strcmp(op, "relisten") == 0) {
+        /* after a restore from a memory checkpoint: a listening socket made
+         * in this sandbox's own network namespace replaces the one the
+         * restore handed in, so the next checkpoint finds it there */
+        int nfd = -1;
+        if (fb_wire_recv_fds(c, &nfd, 1) < 0) {
+            e = EPROTO;
+            msg = "relisten: no socket came";
+        } else {
+            if (dup3(nfd, k->fds[FD_CTL], O_CLOEXEC) < 0) {
+                e = errno;
+                msg = "relisten: cannot take the socket";
+            } else {
+                fcntl(k->fds[FD_CTL], F_SETFL, O_NONBLOCK);
+            }
+            close(nfd);
+        }
     } else if (strcmp(op, "resize") == 0) {
         json_int_t cols = json_integer_value(json_object_get(req, "cols"));
         json_int_t rows = json_integer_value(json_object_get(req, "rows"));

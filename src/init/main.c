@@ -47,14 +47,9 @@ void fbi_send_ok(int conn, json_t *extra)
     json_decref(r);
 }
 
-/* Runs in the forked worker: reads the request and dispatches it. */
-static void serve_connection(int conn)
+/* Runs in the forked worker: dispatches the request read by init. */
+static void serve_connection(int conn, json_t *req)
 {
-    struct fb_frame f;
-    if (fb_wire_recv(conn, &f) < 0)
-        _exit(1);
-    json_t *req = f.type == FB_MSG_REQUEST ? fb_wire_frame_json(&f) : NULL;
-    free(f.data);
     const char *op = req ? json_string_value(json_object_get(req, "op")) : NULL;
     if (op == NULL) {
         fbi_send_error(conn, EPROTO, "malformed request");
@@ -69,6 +64,25 @@ static void serve_connection(int conn)
     if (strcmp(op, "spawn") == 0)
         fbi_spawn_serve(conn, req);
     _exit(fbi_files_serve(conn, req));
+}
+
+/* After a restore from a memory checkpoint: a listening socket made in
+ * this sandbox's own network namespace replaces the one the restore
+ * handed in (made outside it), so the next checkpoint finds it there. */
+static void relisten(int conn)
+{
+    int nfd = -1;
+    if (fb_wire_recv_fds(conn, &nfd, 1) < 0) {
+        fbi_send_error(conn, EPROTO, "relisten: no socket came");
+        return;
+    }
+    int r = dup3(nfd, LISTEN_FD, O_CLOEXEC);
+    int e = errno;
+    close(nfd);
+    if (r < 0)
+        fbi_send_error(conn, e, "relisten: cannot take the socket");
+    else
+        fbi_send_ok(conn, NULL);
 }
 
 static void reap_all(void)
@@ -135,14 +149,35 @@ int main(int argc, char **argv)
             int conn = accept4(LISTEN_FD, NULL, NULL, SOCK_CLOEXEC);
             if (conn < 0)
                 continue;
+            /* the request is read here, not in the worker, as one op
+             * (relisten) changes init itself; only the daemon can connect,
+             * and a request that stalls is dropped after a second */
+            struct timeval tv = {.tv_sec = 1};
+            setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            struct fb_frame f;
+            json_t *req = NULL;
+            if (fb_wire_recv(conn, &f) == 0) {
+                req = f.type == FB_MSG_REQUEST ? fb_wire_frame_json(&f) : NULL;
+                free(f.data);
+            }
+            struct timeval none = {0};
+            setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+            const char *op = req ? json_string_value(json_object_get(req, "op")) : NULL;
+            if (op != NULL && strcmp(op, "relisten") == 0) {
+                relisten(conn);
+                json_decref(req);
+                close(conn);
+                continue;
+            }
             pid_t pid = fork();
             if (pid == 0) {
                 close(sfd);
                 close(LISTEN_FD);
                 sigprocmask(SIG_UNBLOCK, &mask, NULL);
-                serve_connection(conn);
+                serve_connection(conn, req);
                 _exit(0);
             }
+            json_decref(req);
             /* most likely the pids limit (a fork bomb inside): say so
              * rather than hang up without an answer */
             if (pid < 0)

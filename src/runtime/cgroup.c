@@ -723,3 +723,51 @@ int fb_cgroup_destroy(const struct fb_cgroup_host *h, const char *name, fb_error
             rc = -1;
     return rc;
 }
+
+int fb_cgroup_freezer_dir(const struct fb_cgroup_host *h, const char *name, char *out, fb_error_t *err)
+{
+    if (check_name(name, err) < 0)
+        return -1;
+    if (!fb_cgroup_can_freeze(h))
+        return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "no cgroup freezer on this host");
+    if (dir_of(h, h->mode == FB_CGROUP_V2 ? CG_MEM : CG_FREEZER, name, out) < 0)
+        return path_error(err, name);
+    return 0;
+}
+
+int fb_cgroup_procs_read(const struct fb_cgroup_host *h, const char *name, pid_t **pids, size_t *n,
+                         fb_error_t *err)
+{
+    *pids = NULL;
+    *n = 0;
+    char dir[PATH_MAX];
+    if (check_name(name, err) < 0)
+        return -1;
+    if (dir_of(h, CG_PIDS, name, dir) < 0)
+        return path_error(err, name);
+    cleanup_free char *text = NULL;
+    int r = cg_read(dir, "cgroup.procs", CG_PROCS_FILE_MAX, &text);
+    if (r < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, -r, "read the processes of cgroup %s", name);
+    size_t cap = 0;
+    cleanup_free pid_t *v = NULL;
+    for (char *p = text; *p;) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            pid_t *nv = realloc(v, cap * sizeof *nv);
+            if (nv == NULL)
+                return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
+            v = nv;
+        }
+        v[(*n)++] = (pid_t)pid;
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+    *pids = fb_steal_ptr(v);
+    return 0;
+}

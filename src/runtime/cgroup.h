@@ -87,4 +87,12 @@ bool fb_cgroup_can_freeze(const struct fb_cgroup_host *h);
  * unsupported without a freezer; conflict when the cgroup is gone. */
 int fb_cgroup_freeze(const struct fb_cgroup_host *h, const char *name, bool frozen, fb_error_t *err);
 
+/* The directory whose freezer state CRIU's --freeze-cgroup takes (v1
+ * freezer, or the v2 cgroup); `out` has PATH_MAX bytes. */
+int fb_cgroup_freezer_dir(const struct fb_cgroup_host *h, const char *name, char *out, fb_error_t *err);
+
+/* The pids of every process in the cgroup `name`; *pids is the caller's to free. */
+int fb_cgroup_procs_read(const struct fb_cgroup_host *h, const char *name, pid_t **pids, size_t *n,
+                         fb_error_t *err);
+
 #endif

@@ -5,6 +5,7 @@
  * another thread might hold: every string and buffer it uses is prepared
  * by the parent in struct child_plan before the clone. */
 #include "container.h"
+#include "container_priv.h"
 #include "copy.h"
 #include "disk.h"
 
@@ -230,6 +231,11 @@ static int child_main(const struct child_plan *p)
      * wait forever for threads this process does not have */
     if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
         child_fail(p, STEP_IDS);
+    /* init leads a session of its own: nothing of the daemon's session
+     * reaches inside, and CRIU dumps only trees whose session leader is in
+     * the pid namespace */
+    if (setsid() < 0)
+        child_fail(p, STEP_IDS);
     if (unshare(CLONE_NEWNS | CLONE_NEWCGROUP) < 0)
         child_fail(p, STEP_UNSHARE);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -295,7 +301,7 @@ static int child_main(const struct child_plan *p)
 
 /* A throwaway process in a user namespace with the sandbox's mapping: its
  * namespace fd is what the template's idmapped mount is keyed on. */
-static int write_maps(pid_t pid, uid_t base, fb_error_t *err)
+int fb_container_write_maps(pid_t pid, uid_t base, fb_error_t *err)
 {
     char path[64], map[64];
     snprintf(map, sizeof map, "0 %u %u\n", (unsigned)base, FB_UID_COUNT);
@@ -336,7 +342,7 @@ static void host_umount(const char *path)
         fb_warn("umount %s: %s", path, strerror(errno));
 }
 
-static int prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
+int fb_container_prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
 {
     char path[PATH_MAX];
     static const char *const subdirs[] = {"", "/layer", "/lower", "/rootfs"};
@@ -361,7 +367,7 @@ static int prepare_dirs(const struct fb_container_config *c, fb_error_t *err)
                             : fb_disk_create(img, layer, c->disk_bytes, err)) < 0)
             return -1;
     }
-    if (c->reuse_layer) {
+    if (c->reuse_layer && !c->keep_records) {
         /* records of background processes came back with the files; those
          * processes do not run here */
         if (fb_snprintf(path, sizeof path, "%s/layer/procs", c->sandbox_dir) < 0)
@@ -448,7 +454,7 @@ static int set_rlimits(pid_t pid, fb_error_t *err)
 
 /* Mounts template (idmapped) + writable layer on the host at rootfs, keyed
  * on the user namespace of pid. */
-static int mount_root(const struct fb_container_config *c, pid_t pid, fb_error_t *err)
+int fb_container_mount_root(const struct fb_container_config *c, pid_t pid, fb_error_t *err)
 {
     char nspath[64], lower[PATH_MAX], upper[PATH_MAX], work[PATH_MAX], rootfs[PATH_MAX];
     snprintf(nspath, sizeof nspath, "/proc/%d/ns/user", (int)pid);
@@ -472,7 +478,7 @@ static int mount_root(const struct fb_container_config *c, pid_t pid, fb_error_t
     return 0;
 }
 
-static void unmount_root(const struct fb_container_config *c)
+void fb_container_unmount_root(const struct fb_container_config *c)
 {
     char path[PATH_MAX];
     if (fb_snprintf(path, sizeof path, "%s/rootfs", c->sandbox_dir) == 0)
@@ -488,7 +494,7 @@ int fb_container_start(const struct fb_container_config *c, struct fb_container 
     if (plan == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "allocate");
     cleanup_free struct child_plan *plan_owner = plan;
-    if (prepare_dirs(c, err) < 0 || plan_fill(c, plan, out, err) < 0)
+    if (fb_container_prepare_dirs(c, err) < 0 || plan_fill(c, plan, out, err) < 0)
         goto fail_nochild;
     if (fb_cgroup_create(c->cgroups, c->id, c->limits, err) < 0)
         goto fail_nochild;
@@ -519,8 +525,8 @@ int fb_container_start(const struct fb_container_config *c, struct fb_container 
         goto fail_nochild;
     }
 
-    int ok = write_maps(pid, c->uid_base, err) == 0 && set_rlimits(pid, err) == 0 &&
-             fb_cgroup_add_pid(c->cgroups, c->id, pid, err) == 0 && mount_root(c, pid, err) == 0;
+    int ok = fb_container_write_maps(pid, c->uid_base, err) == 0 && set_rlimits(pid, err) == 0 &&
+             fb_cgroup_add_pid(c->cgroups, c->id, pid, err) == 0 && fb_container_mount_root(c, pid, err) == 0;
     if (ok && write(sync[1], "g", 1) != 1)
         ok = fb_error_sys(err, "start sandbox child") == 0;
     /* A child that is not told to go is killed right away rather than left
@@ -538,7 +544,7 @@ int fb_container_start(const struct fb_container_config *c, struct fb_container 
     }
     close(report[0]);
     /* the child has pivoted (or died): the host needs these mounts no more */
-    unmount_root(c);
+    fb_container_unmount_root(c);
     if (ok && n == (ssize_t)sizeof rep) {
         const char *step =
             rep.step > 0 && rep.step <= STEP_EXEC && step_names[rep.step] ? step_names[rep.step] : "setup";
@@ -627,7 +633,7 @@ int fb_container_destroy(const struct fb_container_config *c, pid_t init_pid, fb
         fb_error_release(&cgerr);
         rc = -1;
     }
-    unmount_root(c);
+    fb_container_unmount_root(c);
     char layer[PATH_MAX];
     if (fb_snprintf(layer, sizeof layer, "%s/layer", c->sandbox_dir) == 0)
         fb_disk_release(layer);

@@ -43,6 +43,9 @@ struct fb_container_config {
      * move to uid_base's (0: none) */
     bool reuse_layer;
     uid_t layer_uid_from;
+    /* with reuse_layer: keep the records of background processes (a memory
+     * restore brings their keepers back) */
+    bool keep_records;
 };
 
 struct fb_container {

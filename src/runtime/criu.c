@@ -115,12 +115,102 @@ static int spawn_attr(posix_spawnattr_t *attr, short flags)
     return r;
 }
 
+/* The child side of spawn_criu: only async-signal-safe calls, as the
+ * daemon is multi-threaded. */
+static void criu_child(const char *path, char *const *argv, char *const *envp, int out_wr, int go_rd,
+                       const int *fds, size_t nfds)
+{
+    setpgid(0, 0);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < 65; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            sigaction(sig, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (go_rd >= 0) {
+        char go;
+        if (read(go_rd, &go, 1) != 1)
+            _exit(126);
+    }
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_wr, 1) < 0 || dup2(out_wr, 2) < 0)
+        _exit(126);
+    /* the inherited fds were moved above FB_CRIU_FD_BASE + nfds by the
+     * parent, so these dup2s never overwrite a source still to be moved */
+    for (size_t i = 0; i < nfds; i++)
+        if (dup2(fds[i], FB_CRIU_FD_BASE + (int)i) < 0)
+            _exit(126);
+    syscall(SYS_close_range, 3, FB_CRIU_FD_BASE - 1, 0);
+    syscall(SYS_close_range, FB_CRIU_FD_BASE + (unsigned)nfds, ~0U, 0);
+    execve(path, argv, envp);
+    _exit(127);
+}
+
+/* Starts criu in a process group of its own, stdout+stderr on out_wr, the
+ * fds of cmd at FB_CRIU_FD_BASE.., and cmd->before_exec run (by the parent)
+ * while the child waits.  Returns the pid or -1. */
+static pid_t spawn_criu(const char *path, const char *const *argv, int out_wr, const struct fb_criu_cmd *cmd,
+                        fb_error_t *err)
+{
+    static const char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                       "LANG=C", "CRIU_FAULT=130", NULL};
+    size_t nfds = cmd ? cmd->nfds : 0;
+    if (nfds > FB_CRIU_MAX_FDS)
+        return fb_error_set(err, FB_ERR_INTERNAL, E2BIG, "too many fds for criu");
+    int moved[FB_CRIU_MAX_FDS];
+    size_t nmoved = 0;
+    int rc = 0;
+    for (size_t i = 0; i < nfds && rc == 0; i++) {
+        moved[i] = fcntl(cmd->fds[i], F_DUPFD_CLOEXEC, FB_CRIU_FD_BASE + FB_CRIU_MAX_FDS);
+        if (moved[i] < 0)
+            rc = fb_error_sys(err, "dup an fd for criu");
+        else
+            nmoved++;
+    }
+    int go[2] = {-1, -1};
+    bool hook = cmd != NULL && cmd->before_exec != NULL;
+    if (rc == 0 && hook && pipe2(go, O_CLOEXEC) < 0)
+        rc = fb_error_sys(err, "pipe");
+    pid_t pid = -1;
+    if (rc == 0) {
+        pid = fork();
+        if (pid == 0)
+            criu_child(path, (char *const *)argv, (char *const *)envp, out_wr, go[0], moved, nfds);
+        if (pid < 0)
+            rc = fb_error_sys(err, "fork for %s", path);
+    }
+    if (go[0] >= 0)
+        close(go[0]);
+    if (rc == 0 && hook) {
+        if (cmd->before_exec(pid, cmd->arg, err) < 0 || write(go[1], "g", 1) != 1) {
+            kill_group(pid);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            if (err == NULL || *err == NULL)
+                fb_error_sys(err, "start criu");
+            rc = -1;
+        }
+    }
+    if (go[1] >= 0)
+        close(go[1]);
+    for (size_t i = 0; i < nmoved; i++)
+        close(moved[i]);
+    return rc < 0 ? -1 : pid;
+}
+
 int fb_criu_run(const char *path, const char *const *args, int timeout_ms, size_t cap,
                 const atomic_bool *cancel, char **output, int *status, fb_error_t *err)
 {
+    return fb_criu_run_cmd(path, args, NULL, timeout_ms, cap, cancel, output, status, err);
+}
+
+int fb_criu_run_cmd(const char *path, const char *const *args, const struct fb_criu_cmd *cmd, int timeout_ms,
+                    size_t cap, const atomic_bool *cancel, char **output, int *status, fb_error_t *err)
+{
     *output = NULL;
     *status = 0;
-    const char *argv[32];
+    const char *argv[FB_CRIU_MAX_ARGS];
     size_t argc = 0;
     argv[argc++] = path;
     for (; args[argc - 1] != NULL; argc++) {
@@ -129,34 +219,15 @@ int fb_criu_run(const char *path, const char *const *args, int timeout_ms, size_
         argv[argc] = args[argc - 1];
     }
     argv[argc] = NULL;
-    static const char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                       "LANG=C", "CRIU_FAULT=130", NULL};
 
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0)
         return fb_error_sys(err, "pipe");
     cleanup_close int rd = pfd[0];
     cleanup_close int wr = pfd[1];
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    int r = posix_spawn_file_actions_init(&fa);
-    if (r == 0)
-        r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (r == 0)
-        r = posix_spawn_file_actions_adddup2(&fa, wr, 1);
-    if (r == 0)
-        r = posix_spawn_file_actions_adddup2(&fa, wr, 2);
-    if (r == 0)
-        r = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    if (r == 0)
-        r = spawn_attr(&attr, POSIX_SPAWN_SETPGROUP); /* pgroup 0: its own */
-    pid_t pid = -1;
-    if (r == 0)
-        r = posix_spawn(&pid, path, &fa, &attr, (char *const *)argv, (char *const *)envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (r != 0)
-        return fb_error_set(err, FB_ERR_INTERNAL, r, "cannot run %s", path);
+    pid_t pid = spawn_criu(path, argv, wr, cmd, err);
+    if (pid < 0)
+        return -1;
     fb_closep(&wr);
 
     cleanup_close int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -461,4 +532,14 @@ void fb_criu_selftest(const struct fb_criu_probe *probe, struct fb_criu_result *
     if (out->state == FB_CRIU_CHECKING)
         out->state = FB_CRIU_AVAILABLE;
     out->took_ms = fb_mono_ms() - start;
+}
+
+void fb_criu_log_summary(const char *log_path, const char *output, char *dst, size_t len)
+{
+    cleanup_free char *log = NULL;
+    size_t log_len = 0;
+    if (log_path != NULL && fb_read_file(log_path, 4 << 20, &log, &log_len) == 0)
+        summarize(log, dst, len);
+    else
+        summarize(output, dst, len);
 }

@@ -41,6 +41,31 @@ int fb_criu_locate(const char *configured, char *out, size_t len, fb_error_t *er
 int fb_criu_run(const char *path, const char *const *args, int timeout_ms, size_t cap,
                 const atomic_bool *cancel, char **output, int *status, fb_error_t *err);
 
+/* Inherited fds of a criu run land at FB_CRIU_FD_BASE, FB_CRIU_FD_BASE+1, ...
+ * (what --inherit-fd fd[N] names). */
+#define FB_CRIU_FD_BASE 10
+#define FB_CRIU_MAX_FDS 240
+#define FB_CRIU_MAX_ARGS 640
+
+#include <sys/types.h>
+
+struct fb_criu_cmd {
+    const int *fds; /* handed to criu as FB_CRIU_FD_BASE + i (the caller keeps its own copies) */
+    size_t nfds;
+    /* run by the daemon after criu is forked and before it executes (e.g.
+     * to move it into a cgroup its restored tasks inherit); -1 kills it */
+    int (*before_exec)(pid_t pid, void *arg, fb_error_t *err);
+    void *arg;
+};
+
+/* fb_criu_run with fds to inherit and a hook before exec (cmd may be NULL). */
+int fb_criu_run_cmd(const char *path, const char *const *args, const struct fb_criu_cmd *cmd, int timeout_ms,
+                    size_t cap, const atomic_bool *cancel, char **output, int *status, fb_error_t *err);
+
+/* The error lines of a criu log (or of output when the log is unreadable),
+ * joined with " | " into dst. */
+void fb_criu_log_summary(const char *log_path, const char *output, char *dst, size_t len);
+
 enum fb_criu_state { FB_CRIU_CHECKING = 0, FB_CRIU_AVAILABLE, FB_CRIU_UNAVAILABLE };
 
 struct fb_criu_result {
