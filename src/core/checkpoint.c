@@ -78,6 +78,12 @@ static int check_space(const char *dir, int64_t need, fb_error_t *err)
     if (statvfs(dir, &vfs) < 0)
         return fb_error_sys(err, "statvfs %s", dir);
     long long avail = (long long)vfs.f_bavail * (long long)vfs.f_frsize;
+    if ((long long)need + SPACE_MARGIN > avail) {
+        /* btrfs hands back deleted blocks at its next commit: force it once */
+        cleanup_close int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && syncfs(fd) == 0 && fstatvfs(fd, &vfs) == 0)
+            avail = (long long)vfs.f_bavail * (long long)vfs.f_frsize;
+    }
     if ((long long)need + SPACE_MARGIN > avail)
         return fb_error_set(err, FB_ERR_TOO_LARGE, ENOSPC,
                             "not enough space on the host's state filesystem: the copy needs %lld bytes "
