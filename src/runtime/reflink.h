@@ -46,6 +46,7 @@ struct fb_extent_list {
  * the filesystem has no FIEMAP). */
 int fb_extents_read(int fd, struct fb_extent_list *l, uint64_t *exclusive);
 
+/* Frees l's extents and empties it; l itself is the caller's. */
 void fb_extent_list_free(struct fb_extent_list *l);
 
 /* Bytes covered by the union of v[0..n) (sorted in place): extents that
