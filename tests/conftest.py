@@ -181,10 +181,22 @@ def wait_default_template(client, timeout=900):
     raise RuntimeError("default template not ready after %ds" % timeout)
 
 
+def unmount_under(*paths):
+    """Lazily unmounts paths and everything mounted below them, deepest first."""
+    mounts = [l.split()[4] for l in open("/proc/self/mountinfo").read().splitlines()]
+    hit = {m for m in mounts for p in paths if m == p or m.startswith(p + "/")}
+    for m in sorted(hit, key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True)
+
+
 @pytest.fixture(scope="session")
 def daemon():
     # a clean slate, but keep the (slow to build) templates
     os.makedirs(STATE, exist_ok=True)
+    # the storage pool's binds (and layers mounted below them) go first:
+    # their contents are deleted with the pool file below
+    unmount_under(os.path.join(STATE, "sandboxes"), os.path.join(STATE, "checkpoints"),
+                  os.path.join(STATE, "storage.mnt"))
     for name in os.listdir(STATE):
         # the lock file stays: a daemon still running on this state dir
         # holds a flock on that very inode

@@ -26,6 +26,7 @@
 #include "../runtime/container.h"
 #include "../runtime/copy.h"
 #include "../runtime/disk.h"
+#include "../runtime/reflink.h"
 #include "core.h"
 #include "internal.h"
 
@@ -77,6 +78,12 @@ static int check_space(const char *dir, int64_t need, fb_error_t *err)
     if (statvfs(dir, &vfs) < 0)
         return fb_error_sys(err, "statvfs %s", dir);
     long long avail = (long long)vfs.f_bavail * (long long)vfs.f_frsize;
+    if ((long long)need + SPACE_MARGIN > avail) {
+        /* btrfs hands back deleted blocks at its next commit: force it once */
+        cleanup_close int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && syncfs(fd) == 0 && fstatvfs(fd, &vfs) == 0)
+            avail = (long long)vfs.f_bavail * (long long)vfs.f_frsize;
+    }
     if ((long long)need + SPACE_MARGIN > avail)
         return fb_error_set(err, FB_ERR_TOO_LARGE, ENOSPC,
                             "not enough space on the host's state filesystem: the copy needs %lld bytes "
@@ -86,10 +93,10 @@ static int check_space(const char *dir, int64_t need, fb_error_t *err)
 }
 
 /* Copies the layer found at src_dir (layer.img or layer/) to dst_dir,
- * which exists and is empty; the image as dst_dir/<img_name>, the tree as
- * dst_dir/<dir_name>/. */
+ * which exists and is empty; the image as dst_dir/<img_name> (a reflink
+ * where storage allows), the tree as dst_dir/<dir_name>/. */
 static int copy_layer(const char *src_dir, bool image, const char *dst_dir, const char *img_name,
-                      const char *dir_name, uid_t from, uid_t to, fb_error_t *err)
+                      const char *dir_name, uid_t from, uid_t to, bool reflink, fb_error_t *err)
 {
     char src[PATH_MAX], dst[PATH_MAX];
     if (fb_snprintf(src, sizeof src, "%s/%s", src_dir, image ? "layer.img" : "layer") < 0 ||
@@ -102,7 +109,7 @@ static int copy_layer(const char *src_dir, bool image, const char *dst_dir, cons
         cleanup_close int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0)
             return fb_error_sys(err, "create %s", dst);
-        if (fb_copy_sparse(in, out, err) < 0)
+        if (fb_layer_clone(in, out, reflink, SPACE_MARGIN, NULL, err) < 0)
             return -1;
         if (fsync(out) < 0)
             return fb_error_sys(err, "sync %s", dst);
@@ -119,9 +126,12 @@ static int copy_layer(const char *src_dir, bool image, const char *dst_dir, cons
     return fb_copy_tree(in, out, from, to, FB_UID_COUNT, err);
 }
 
-/* Bytes a layer copy will take (what the source uses on disk). */
-static int64_t layer_used(const char *dir, bool image)
+/* Bytes a layer copy will take (what the source uses on disk; a reflink
+ * of an image takes next to none). */
+static int64_t layer_used(struct fb_core *core, const char *dir, bool image)
 {
+    if (image && core->storage.reflink)
+        return 0;
     char p[PATH_MAX];
     if (fb_snprintf(p, sizeof p, "%s/%s", dir, image ? "layer.img" : "layer") < 0)
         return -1;
@@ -206,7 +216,7 @@ static int capture(struct fb_core *core, const struct fb_sandbox_row *row, const
             rc = fb_error_sys(err, "sync the layer of %s", row->id);
     }
     if (rc == 0)
-        rc = copy_layer(sandbox_dir, image, tmp, "layer.img", "layer", 0, 0, err);
+        rc = copy_layer(sandbox_dir, image, tmp, "layer.img", "layer", 0, 0, core->storage.reflink, err);
     if (froze) {
         cleanup_error fb_error_t terr = NULL;
         if (fb_cgroup_freeze(&core->cgroups, row->id, false, &terr) < 0)
@@ -260,7 +270,7 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
     if (rc == 0) {
         fb_core_container_config(core, &row, "", &paths, &cc);
         image = layer_is_image(paths.sandbox_dir);
-        int64_t need = layer_used(paths.sandbox_dir, image);
+        int64_t need = layer_used(core, paths.sandbox_dir, image);
         if (need < 0)
             rc = fb_error_sys(err, "measure the layer of %s", id);
         else
@@ -307,6 +317,7 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
         return fb_error_wrap(err, "checkpoint sandbox %s", id);
     fb_info("sandbox %s: checkpoint %s (%s, %lld bytes)", id, ck.id, ck.layer_kind, (long long)ck.size_bytes);
     *out = ckpt_to_json(&ck);
+    fb_checkpoint_usage_add(core, &ck, *out);
     return 0;
 }
 
@@ -326,10 +337,15 @@ int fb_checkpoint_list(struct fb_core *core, const char *tenant, const char *id,
         }
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, ckpt_to_json(&rows[i]));
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = ckpt_to_json(&rows[i]);
+        fb_checkpoint_usage_add(core, &rows[i], o);
+        json_array_append_new(arr, o);
+    }
+    int64_t total = fb_checkpoint_usage_total(core, rows, n);
     free(rows);
-    *out = json_pack("{s:o}", "checkpoints", arr);
+    *out = json_pack("{s:o, s:o}", "checkpoints", arr, "total_bytes",
+                     total >= 0 ? json_integer((json_int_t)total) : json_null());
     return 0;
 }
 
@@ -342,6 +358,7 @@ int fb_checkpoint_get(struct fb_core *core, const char *tenant, const char *cid,
     if (fb_store_checkpoint_get(core->store, tenant, cid, &ck, err) < 0)
         return -1;
     *out = ckpt_to_json(&ck);
+    fb_checkpoint_usage_add(core, &ck, *out);
     return 0;
 }
 
@@ -388,7 +405,7 @@ static int usable_checkpoint(struct fb_core *core, const char *tenant, const cha
                             image ? "image" : "directory", core->disk_limits ? "images" : "directories");
     if (ckpt_path(core, cid, dir, dirlen, err) < 0)
         return -1;
-    return check_space(dir, layer_used(dir, image), err);
+    return check_space(dir, layer_used(core, dir, image), err);
 }
 
 /* Rollback, once the new layer is at layer.new(.img): ends the sandbox's
@@ -478,7 +495,7 @@ int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id
     if (rc == 0) {
         fb_rm_rf(next);
         rc = copy_layer(dir, image, paths.sandbox_dir, "layer.new", "layer.new", (uid_t)ck.uid_base,
-                        (uid_t)row.uid_base, err);
+                        (uid_t)row.uid_base, core->storage.reflink, err);
         if (rc < 0)
             fb_rm_rf(next);
     }
@@ -550,7 +567,7 @@ int fb_checkpoint_new_sandbox(struct fb_core *core, const char *tenant, const st
             rc = fb_error_set(err, FB_ERR_INTERNAL, -r, "create %s", paths.sandbox_dir);
         if (rc == 0)
             rc = copy_layer(dir, image, paths.sandbox_dir, "layer.img", "layer", (uid_t)ck.uid_base,
-                            (uid_t)row->uid_base, err);
+                            (uid_t)row->uid_base, core->storage.reflink, err);
         if (rc < 0) {
             fb_rm_rf(paths.sandbox_dir);
             fb_store_sandbox_delete(core->store, row->id, NULL);

@@ -109,6 +109,16 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
         return fb_error_set(err, FB_ERR_CONFLICT, errno, "another forkboxd uses the state dir %s",
                             cfg->state_dir);
 
+    /* before anything looks into sandboxes/ or checkpoints/: the pool may
+     * have to be mounted over them */
+    if (fb_storage_open(cfg->state_dir, cfg->storage_plain, cfg->storage_bytes, &core->storage, err) < 0)
+        return -1;
+    if (core->storage.why[0])
+        fb_warn("storage: %s", core->storage.why);
+    else
+        fb_info("storage: %s at %s, copies are reflinks", fb_storage_kind_name(core->storage.kind),
+                core->storage.path);
+
     if (fb_snprintf(path, sizeof path, "%s/forkbox.db", cfg->state_dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "db path");
     if (fb_store_open(path, &core->store, err) < 0)
@@ -260,11 +270,22 @@ json_t *fb_core_info(struct fb_core *core)
     json_t *tiers = json_pack("[{s:s, s:b}, {s:s, s:b, s:s}]", "name", "container", "available", 1, "name",
                               "microvm", "available", 0, "reason", "not implemented yet");
     json_t *security = fb_core_posture(core);
+    json_t *storage = json_pack("{s:s, s:s, s:b}", "kind", fb_storage_kind_name(core->storage.kind), "path",
+                                core->storage.path, "reflink", core->storage.reflink);
+    uint64_t size = 0, free_bytes = 0, host_bytes = 0;
+    if (fb_storage_space(&core->storage, core->cfg.state_dir, &size, &free_bytes, &host_bytes) == 0) {
+        json_object_set_new(storage, "size_bytes", json_integer((json_int_t)size));
+        json_object_set_new(storage, "free_bytes", json_integer((json_int_t)free_bytes));
+        if (core->storage.kind == FB_STORAGE_BTRFS_POOL)
+            json_object_set_new(storage, "host_bytes", json_integer((json_int_t)host_bytes));
+    }
+    if (core->storage.why[0])
+        json_object_set_new(storage, "note", json_string(core->storage.why));
     json_t *missing = json_incref(json_object_get(security, "missing"));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:i, s:i}}",
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:i, s:i}}",
                      "name", "forkbox", "version", FORKBOX_VERSION, "cgroup", cg, "isolation", iso,
-                     "security", security, "templates", tpl, "warm_pool", pool, "tiers", tiers, "criu",
-                     fb_core_criu_info(core), "missing", missing, "limits", "json_body_bytes",
+                     "security", security, "storage", storage, "templates", tpl, "warm_pool", pool, "tiers",
+                     tiers, "criu", fb_core_criu_info(core), "missing", missing, "limits", "json_body_bytes",
                      (json_int_t)(1 << 20), "upload_bytes", (json_int_t)FB_UPLOAD_MAX, "spool_budget_bytes",
                      (json_int_t)FB_SPOOL_BUDGET, "max_sandboxes_per_tenant", (int)core->cfg.max_sandboxes,
                      "uid_ranges", (int)core->cfg.uid_pool_slots);

@@ -16,6 +16,7 @@
 #include "../runtime/cgroup.h"
 #include "../runtime/nft.h"
 #include "../runtime/seccomp.h"
+#include "../runtime/storage.h"
 #include "../store/store.h"
 #include "share.h"
 #include "spec.h"
@@ -33,6 +34,8 @@ struct fb_core_config {
     uint32_t warm_pool;       /* warm sandboxes of the default template kept ready */
     char dns_upstream[64];    /* IPv4 resolver for sandboxes' queries; "": the host's */
     char criu_path[PATH_MAX]; /* criu binary; "": the install path, else PATH (runtime/criu.h) */
+    bool storage_plain;       /* no btrfs pool, no reflinks (runtime/storage.h) */
+    uint64_t storage_bytes;   /* size of a new pool; 0: the default */
 };
 
 /* forkbox's DNS resolver (dns.c); its port is where sandboxes' queries to
@@ -94,6 +97,7 @@ struct fb_core {
     char disk_missing[192];                    /* why not, when !disk_limits */
     unsigned char share_key[FB_SHARE_KEY_LEN]; /* signs share URLs (ports.c); read-only once open */
     struct fb_core_criu *criu;                 /* CRIU self-test and its verdict (criu_status.c) */
+    struct fb_storage storage;                 /* where layers live; read-only once open */
     volatile bool stopping;
 };
 

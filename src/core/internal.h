@@ -162,6 +162,14 @@ int fb_memory_ext_read(const char *dir, struct fb_memstate_ext *ext, size_t *n, 
  * (template and disk size from the checkpoint); *row is the stored row. */
 int fb_checkpoint_new_sandbox(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
                               struct fb_sandbox_row *row, fb_error_t *err);
+/* ---- checkpoint disk usage (checkpoint_usage.c) ----
+ * Sets "exclusive_bytes" in obj, the JSON of c: the bytes of c's layer
+ * shared with no other file (what deleting it frees); null when the
+ * filesystem cannot tell.  Never fails. */
+void fb_checkpoint_usage_add(struct fb_core *core, const struct fb_checkpoint_row *c, json_t *obj);
+/* Bytes rows[0..n) take together, blocks they share counted once; -1 when
+ * that cannot be counted (no FIEMAP, or past FB_EXTENTS_MAX extents). */
+int64_t fb_checkpoint_usage_total(struct fb_core *core, const struct fb_checkpoint_row *rows, size_t n);
 /* Removes checkpoint dirs no row knows of (interrupted copies). */
 void fb_checkpoint_remove_orphans(struct fb_core *core);
 

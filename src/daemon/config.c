@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../common/util.h"
+#include "../runtime/storage.h"
 
 static const char usage[] =
     "usage: forkboxd [options]            run the daemon\n"
@@ -24,6 +25,10 @@ static const char usage[] =
     "  --uid-pool-slots N    number of 65536-id ranges [FORKBOX_UID_POOL_SLOTS] (1024)\n"
     "  --max-sandboxes N     per tenant [FORKBOX_MAX_SANDBOXES] (256)\n"
     "  --warm-pool N         default-template sandboxes kept started ahead [FORKBOX_WARM_POOL] (4)\n"
+    "  --storage MODE        auto (btrfs reflinks: the state dir's btrfs, else a pool file) or plain\n"
+    "                        [FORKBOX_STORAGE] (auto)\n"
+    "  --storage-size SIZE   size of a new pool STATE_DIR/storage.btrfs, e.g. 64G [FORKBOX_STORAGE_SIZE]\n"
+    "                        (the lesser of 64G and the free space; sparse)\n"
     "  --dns-upstream IP     resolver that sandboxes' DNS queries are relayed to [FORKBOX_DNS_UPSTREAM]\n"
     "                        (the first nameserver of /etc/resolv.conf)\n"
     "  --no-default-template do not build the default template on start\n"
@@ -80,6 +85,31 @@ static int set_str(char *dst, size_t len, const char *name, const char *v, fb_er
     return 0;
 }
 
+/* A size in bytes with an optional binary suffix (K, M, G, T). */
+static int set_size(uint64_t *dst, const char *name, const char *v, uint64_t min, uint64_t max,
+                    fb_error_t *err)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    if (end != NULL && *end != '\0' && end[1] == '\0') {
+        const char *units = "KMGT";
+        const char *u = strchr(units, *end == 'k' ? 'K' : *end);
+        if (u != NULL && *u != '\0') {
+            shift = 10u * (unsigned)(u - units + 1);
+            end++;
+        }
+    }
+    if (errno || end == NULL || *end || v[0] == '\0' || v[0] == '-' || n > (max >> shift) ||
+        (n << shift) < min)
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
+                            "%s: must be a size from %lluM to %lluT (bytes, or with K, M, G or T), got '%s'",
+                            name, (unsigned long long)(min >> 20), (unsigned long long)(max >> 40), v);
+    *dst = (uint64_t)n << shift;
+    return 0;
+}
+
 /* One setting by its long name, from a flag or an environment variable. */
 static int apply(struct fb_daemon_config *cfg, const char *name, const char *v, fb_error_t *err)
 {
@@ -105,6 +135,14 @@ static int apply(struct fb_daemon_config *cfg, const char *name, const char *v, 
         return set_u32(&cfg->max_sandboxes, name, v, 1, 100000, err);
     if (strcmp(name, "warm-pool") == 0)
         return set_u32(&cfg->warm_pool, name, v, 0, 256, err);
+    if (strcmp(name, "storage") == 0) {
+        if (strcmp(v, "plain") != 0 && strcmp(v, "auto") != 0)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "storage: must be auto or plain, got '%s'", v);
+        cfg->storage_plain = strcmp(v, "plain") == 0;
+        return 0;
+    }
+    if (strcmp(name, "storage-size") == 0)
+        return set_size(&cfg->storage_bytes, name, v, FB_STORAGE_MIN_BYTES, FB_STORAGE_MAX_BYTES, err);
     if (strcmp(name, "dns-upstream") == 0)
         return set_str(cfg->dns_upstream, sizeof cfg->dns_upstream, name, v, err);
     return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "unknown option --%s", name);
@@ -125,6 +163,8 @@ static const struct {
     {"FORKBOX_MAX_SANDBOXES", "max-sandboxes"},
     {"FORKBOX_WARM_POOL", "warm-pool"},
     {"FORKBOX_DNS_UPSTREAM", "dns-upstream"},
+    {"FORKBOX_STORAGE", "storage"},
+    {"FORKBOX_STORAGE_SIZE", "storage-size"},
 };
 
 int fb_daemon_config_parse(struct fb_daemon_config *cfg, int argc, char **argv, char **envp, fb_error_t *err)

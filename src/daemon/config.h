@@ -24,6 +24,8 @@ struct fb_daemon_config {
     uint32_t uid_pool_slots;  /* --uid-pool-slots, FORKBOX_UID_POOL_SLOTS */
     uint32_t max_sandboxes;   /* --max-sandboxes, FORKBOX_MAX_SANDBOXES */
     uint32_t warm_pool;       /* --warm-pool, FORKBOX_WARM_POOL */
+    bool storage_plain;       /* --storage=plain, FORKBOX_STORAGE=plain: no btrfs pool, no reflinks */
+    uint64_t storage_bytes;   /* --storage-size, FORKBOX_STORAGE_SIZE; 0: the default */
     bool build_default;       /* --no-default-template turns it off */
     bool host_tuning;         /* --no-host-tuning turns it off */
     bool debug;               /* --debug, FORKBOX_DEBUG=1 */

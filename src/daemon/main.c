@@ -144,6 +144,8 @@ int main(int argc, char **argv)
         .build_default = cfg.build_default,
         .host_tuning = cfg.host_tuning,
         .warm_pool = cfg.warm_pool,
+        .storage_plain = cfg.storage_plain,
+        .storage_bytes = cfg.storage_bytes,
     };
     fb_strlcpy(ccfg.state_dir, cfg.state_dir, sizeof ccfg.state_dir);
     fb_strlcpy(ccfg.run_dir, cfg.run_dir, sizeof ccfg.run_dir);

@@ -93,7 +93,7 @@ static int format_image(const char *img, uint64_t bytes, fb_error_t *err)
  * page cache from holding a second copy of what the sandbox writes (the
  * sandbox's own copy is charged to its memory cgroup; the loop's would be
  * nobody's). */
-static int attach_loop(int img_fd, char *dev, size_t dev_len, fb_error_t *err)
+int fb_disk_attach_loop(int img_fd, char *dev, size_t dev_len, fb_error_t *err)
 {
     cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
     if (ctl < 0)
@@ -147,7 +147,7 @@ int fb_disk_mount(const char *img, const char *mnt, fb_error_t *err)
     if (img_fd < 0)
         return fb_error_sys(err, "open %s", img);
     char dev[64];
-    cleanup_close int loop = attach_loop(img_fd, dev, sizeof dev, err);
+    cleanup_close int loop = fb_disk_attach_loop(img_fd, dev, sizeof dev, err);
     if (loop < 0)
         return -1;
     /* discard: space the sandbox frees goes back to the host */

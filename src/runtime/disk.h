@@ -34,6 +34,12 @@ int fb_disk_create(const char *img, const char *mnt, uint64_t bytes, fb_error_t 
  * fb_disk_create does (a restored checkpoint). */
 int fb_disk_mount(const char *img, const char *mnt, fb_error_t *err);
 
+/* Binds the open image img_fd to a free loop device (auto-clearing,
+ * direct I/O where the host filesystem allows it) and returns the device's
+ * fd, which the caller closes once the filesystem on it is mounted; the
+ * device's path goes to dev.  -1 with err on failure. */
+int fb_disk_attach_loop(int img_fd, char *dev, size_t dev_len, fb_error_t *err);
+
 /* Space and inodes used in the filesystem mounted at mnt.  0 or -errno. */
 int fb_disk_usage_read(const char *mnt, struct fb_disk_usage *out);
 

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -143,12 +144,49 @@ static void test_stop_sandboxes(void **state)
     assert_false(cfg.stop_sandboxes);
 }
 
+static void test_storage(void **state)
+{
+    (void)state;
+    struct fb_daemon_config cfg;
+    fb_error_t err = NULL;
+    char *argv[] = {"forkboxd", NULL};
+    assert_int_equal(parse(&cfg, 1, argv, NULL, &err), 0);
+    assert_false(cfg.storage_plain);
+    assert_int_equal(cfg.storage_bytes, 0);
+    char *flags[] = {"forkboxd", "--storage=plain", "--storage-size", "512M", NULL};
+    assert_int_equal(parse(&cfg, 4, flags, NULL, &err), 0);
+    assert_true(cfg.storage_plain);
+    assert_int_equal(cfg.storage_bytes, 512ull << 20);
+    char *env[] = {"FORKBOX_STORAGE=auto", "FORKBOX_STORAGE_SIZE=2G", NULL};
+    assert_int_equal(parse(&cfg, 1, argv, env, &err), 0);
+    assert_false(cfg.storage_plain);
+    assert_int_equal(cfg.storage_bytes, 2ull << 30);
+    char *bytes[] = {"forkboxd", "--storage-size=1073741824", NULL};
+    assert_int_equal(parse(&cfg, 2, bytes, NULL, &err), 0);
+    assert_int_equal(cfg.storage_bytes, 1ull << 30);
+    static const char *const bad[] = {"btrfs",
+                                      "--storage-size=1M",
+                                      "--storage-size=12X",
+                                      "--storage-size=-1G",
+                                      "--storage-size=99999999999T",
+                                      "--storage-size=G"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char arg[64];
+        snprintf(arg, sizeof arg, "%s", bad[i][0] == '-' ? bad[i] : "--storage=btrfs");
+        char *a[] = {"forkboxd", arg, NULL};
+        assert_int_equal(parse(&cfg, 2, a, NULL, &err), -1);
+        assert_int_equal(err->kind, FB_ERR_BAD_REQUEST);
+        fb_error_release(&err);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),    cmocka_unit_test(test_env_then_flags),
         cmocka_unit_test(test_listen_none), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_commands),    cmocka_unit_test(test_stop_sandboxes),
+        cmocka_unit_test(test_storage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
