@@ -198,7 +198,7 @@ static int parse_body(json_t *body, const char **name, bool *memory, fb_error_t 
 
 /* Freezes (running) / syncs / copies / thaws; under pause_lock. */
 static int capture(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
-                   bool image, const char *tmp, fb_error_t *err)
+                   bool image, bool memory, const char *tmp, fb_error_t *err)
 {
     bool froze = false;
     if (strcmp(row->state, "running") == 0 && fb_cgroup_can_freeze(&core->cgroups)) {
@@ -217,6 +217,10 @@ static int capture(struct fb_core *core, const struct fb_sandbox_row *row, const
     }
     if (rc == 0)
         rc = copy_layer(sandbox_dir, image, tmp, "layer.img", "layer", 0, 0, core->storage.reflink, err);
+    /* the processes are dumped at the same frozen instant as the files; a
+     * failed dump leaves the sandbox running as it was */
+    if (rc == 0 && memory)
+        rc = fb_memory_dump(core, row, tmp, true, err);
     if (froze) {
         cleanup_error fb_error_t terr = NULL;
         if (fb_cgroup_freeze(&core->cgroups, row->id, false, &terr) < 0)
@@ -232,12 +236,8 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
     bool memory;
     if (parse_body(body, &name, &memory, err) < 0)
         return -1;
-    if (memory) {
-        if (fb_core_criu_require(core, err) < 0)
-            return fb_error_wrap(err, "memory checkpoints need CRIU");
-        return fb_error_set(err, FB_ERR_UNSUPPORTED, 0,
-                            "memory checkpoints are not built in this version: use \"memory\": false");
-    }
+    if (memory && fb_core_criu_require(core, err) < 0)
+        return fb_error_wrap(err, "memory checkpoints need CRIU");
     cleanup_row struct fb_sandbox_row row = {0};
     if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
@@ -283,8 +283,11 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
         else
             made = true;
     }
+    if (rc == 0 && memory && strcmp(row.state, "running") != 0)
+        rc = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s: a memory checkpoint needs it running",
+                          id, row.state);
     if (rc == 0)
-        rc = capture(core, &row, paths.sandbox_dir, image, tmp, err);
+        rc = capture(core, &row, paths.sandbox_dir, image, memory, tmp, err);
     if (rc == 0) {
         int64_t used = fb_du(tmp);
         ck.size_bytes = used > 0 ? used : 0;
@@ -296,6 +299,7 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
         head_of(&row, ck.parent, sizeof ck.parent);
         ck.uid_base = row.uid_base;
         ck.created_ms = fb_now_ms();
+        ck.memory = memory;
         if (rename(tmp, final) < 0)
             rc = fb_error_sys(err, "rename %s", tmp);
         else
@@ -411,7 +415,7 @@ static int usable_checkpoint(struct fb_core *core, const char *tenant, const cha
 /* Rollback, once the new layer is at layer.new(.img): ends the sandbox's
  * processes, swaps the layer in and starts the sandbox again. */
 static int restart(struct fb_core *core, struct fb_sandbox_row *row, bool image, uid_t layer_uid_from,
-                   fb_error_t *err)
+                   const char *memory_dir, fb_error_t *err)
 {
     cleanup_spec struct fb_create_spec spec = {0};
     cleanup_json json_t *sj = json_loads(row->spec_json ? row->spec_json : "{}", 0, NULL);
@@ -446,6 +450,11 @@ static int restart(struct fb_core *core, struct fb_sandbox_row *row, bool image,
         fb_rm_rf(old);
     }
     fb_rm_rf(paths.run_dir); /* init binds a fresh socket */
+    if (memory_dir != NULL) {
+        /* the processes come back from the checkpoint's images */
+        spec.layer_uid_from = layer_uid_from != 0 ? layer_uid_from : (uint32_t)row->uid_base;
+        return fb_memory_restore(core, row, rootfs, &spec, memory_dir, err);
+    }
     struct fb_cgroup_limits limits = {
         .cpus = spec.res.cpus, .memory_bytes = spec.res.memory_mb << 20, .pids = spec.res.pids};
     cc.limits = &limits;
@@ -513,7 +522,7 @@ int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id
             fb_rm_rf(next);
     }
     if (rc == 0) {
-        if (restart(core, &row, image, image ? (uid_t)ck.uid_base : 0, err) < 0) {
+        if (restart(core, &row, image, image ? (uid_t)ck.uid_base : 0, ck.memory ? dir : NULL, err) < 0) {
             fb_strlcpy(row.state, "stopped", sizeof row.state);
             fb_snprintf(row.state_reason, sizeof row.state_reason,
                         "rollback to checkpoint %s failed: %s; delete the sandbox", cid,
@@ -579,8 +588,23 @@ int fb_checkpoint_new_sandbox(struct fb_core *core, const char *tenant, const st
     /* images still hold the old uids (shifted once mounted); trees were
      * shifted while copied */
     s.layer_uid_from = image ? (uint32_t)ck.uid_base : (uint32_t)row->uid_base;
-    if (fb_core_start_row(core, row, rootfs, &s, err) < 0)
+    if (ck.memory) {
+        /* not under pause_lock: deleting the checkpoint meanwhile removes
+         * the images under the restore, which then fails cleanly */
+        if (fb_memory_restore(core, row, rootfs, &s, dir, err) < 0) {
+            struct fb_core_paths p2;
+            struct fb_container_config c2;
+            fb_core_container_config(core, row, rootfs, &p2, &c2);
+            fb_container_destroy(&c2, 0, NULL);
+            fb_store_sandbox_delete(core->store, row->id, NULL);
+            return fb_error_wrap(err, "create sandbox from checkpoint %s", ck.id);
+        }
+        fb_strlcpy(row->state, "running", sizeof row->state);
+        if (fb_store_sandbox_update(core->store, row, err) < 0)
+            return -1;
+    } else if (fb_core_start_row(core, row, rootfs, &s, err) < 0) {
         return -1;
+    }
     fb_info("sandbox %s created from checkpoint %s (tenant %s)", row->id, ck.id, tenant);
     return 0;
 }
@@ -610,4 +634,20 @@ void fb_checkpoint_remove_orphans(struct fb_core *core)
         fb_warn("checkpoint dir %s has no record (an interrupted checkpoint): removing it", p);
         fb_rm_rf(p);
     }
+}
+
+int fb_checkpoint_copy_layer(struct fb_core *core, const char *src_dir, const char *dst_dir, uid_t from,
+                             uid_t to, fb_error_t *err)
+{
+    return copy_layer(src_dir, layer_is_image(src_dir), dst_dir, "layer.img", "layer", from, to,
+                      core->storage.reflink, err);
+}
+
+int fb_checkpoint_check_space(struct fb_core *core, const char *sandbox_dir, int copies, int64_t extra,
+                              fb_error_t *err)
+{
+    int64_t one = layer_used(core, sandbox_dir, layer_is_image(sandbox_dir));
+    if (one < 0)
+        return fb_error_sys(err, "measure the layer of %s", sandbox_dir);
+    return check_space(sandbox_dir, one * copies + extra, err);
 }

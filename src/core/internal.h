@@ -170,6 +170,17 @@ void fb_checkpoint_usage_add(struct fb_core *core, const struct fb_checkpoint_ro
 /* Bytes rows[0..n) take together, blocks they share counted once; -1 when
  * that cannot be counted (no FIEMAP, or past FB_EXTENTS_MAX extents). */
 int64_t fb_checkpoint_usage_total(struct fb_core *core, const struct fb_checkpoint_row *rows, size_t n);
+/* Copies the layer of src_dir (layer.img or layer/) into dst_dir under
+ * the same name: a reflink where storage allows; a tree's owners move from
+ * the range at `from` to the one at `to` (0, 0: unchanged). */
+int fb_checkpoint_copy_layer(struct fb_core *core, const char *src_dir, const char *dst_dir, uid_t from,
+                             uid_t to, fb_error_t *err);
+/* 413 unless the state filesystem has room for `copies` copies of the
+ * layer in sandbox_dir plus `extra` bytes (and a margin). */
+int fb_checkpoint_check_space(struct fb_core *core, const char *sandbox_dir, int copies, int64_t extra,
+                              fb_error_t *err);
+/* How many more sandboxes the tenant may have. */
+size_t fb_core_quota_left(struct fb_core *core, const char *tenant);
 /* Removes checkpoint dirs no row knows of (interrupted copies). */
 void fb_checkpoint_remove_orphans(struct fb_core *core);
 

@@ -217,6 +217,18 @@ int fb_core_new_row(const char *tenant, const struct fb_create_spec *spec, struc
     return 0;
 }
 
+size_t fb_core_quota_left(struct fb_core *core, const char *tenant)
+{
+    size_t count = 0;
+    cleanup_error fb_error_t err = NULL;
+    pthread_mutex_lock(&core->lock);
+    int r = count_tenant(core, tenant, &count, &err);
+    pthread_mutex_unlock(&core->lock);
+    if (r < 0 || count >= core->cfg.max_sandboxes)
+        return 0;
+    return core->cfg.max_sandboxes - count;
+}
+
 int fb_core_reserve_row(struct fb_core *core, struct fb_sandbox_row *row, bool insert, fb_error_t *err)
 {
     /* quota, uid range and row are decided atomically w.r.t. other creates */

@@ -289,6 +289,14 @@ static int argf(struct argbuf *a, const char *fmt, ...)
     return arg(a, a->store[a->used++]);
 }
 
+/* -v4 with FORKBOX_CRIU_DEBUG=1 in the daemon's environment: CRIU's logs
+ * then time every step (for profiling); -v2 logs errors and warnings. */
+static const char *log_level(void)
+{
+    const char *d = getenv("FORKBOX_CRIU_DEBUG");
+    return d != NULL && strcmp(d, "1") == 0 ? "-v4" : "-v2";
+}
+
 /* Runs criu; a failure carries the first error lines of log. */
 static int run(const char *criu, struct argbuf *a, const struct fb_criu_cmd *cmd, int timeout_ms,
                const atomic_bool *cancel, const char *what, const char *log, fb_error_t *err)
@@ -330,8 +338,10 @@ int fb_memstate_dump(const struct fb_memstate_dump *d, struct fb_memstate_ext *e
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
     cleanup_free struct argbuf *a_owner = a;
     int bad = arg(a, "dump") | arg(a, "-t") | argf(a, "%d", (int)d->init_pid) | arg(a, "-D") |
-              arg(a, d->images) | arg(a, "-o") | arg(a, "dump.log") | arg(a, "-v2") | arg(a, "--file-locks") |
-              arg(a, "--external") | arg(a, "mnt[]") | arg(a, "--freeze-cgroup") | arg(a, freezer);
+              arg(a, d->images) | arg(a, "-o") | arg(a, "dump.log") | arg(a, log_level()) |
+              arg(a, "--file-locks") | arg(a, "--network-lock") | arg(a, "skip") | arg(a, "--empty-ns") |
+              arg(a, "net") | arg(a, "--external") | arg(a, "mnt[]") | arg(a, "--freeze-cgroup") |
+              arg(a, freezer);
     if (d->leave_running)
         bad |= arg(a, "--leave-running");
     for (size_t i = 0; i < *n; i++)
@@ -419,6 +429,20 @@ static void *ns_thread(void *arg)
     if (j->nstype == CLONE_NEWUTS) {
         if (sethostname(j->hostname, strlen(j->hostname)) < 0)
             j->errnum = errno;
+        return NULL;
+    }
+    if (j->path == NULL) { /* the loopback of a new, empty namespace comes up */
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct ifreq ifr;
+        memset(&ifr, 0, sizeof ifr);
+        memcpy(ifr.ifr_name, "lo", 3);
+        if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+            j->errnum = errno;
+        ifr.ifr_flags |= IFF_UP;
+        if (j->errnum == 0 && ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+            j->errnum = errno;
+        if (s >= 0)
+            close(s);
         return NULL;
     }
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -656,8 +680,9 @@ static int restore_run(const struct fb_memstate_restore *r, const char *images, 
         rc = fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
     if (rc == 0) {
         int bad = arg(a, "restore") | arg(a, "-D") | arg(a, images) | arg(a, "-o") | arg(a, "restore.log") |
-                  arg(a, "-v2") | arg(a, "-d") | arg(a, "--pidfile") | arg(a, pidfile) | arg(a, "--root") |
-                  arg(a, rootfs) | arg(a, "--file-locks") | arg(a, "--external") | arg(a, "mnt[]") |
+                  arg(a, log_level()) | arg(a, "--empty-ns") | arg(a, "net") | arg(a, "-d") |
+                  arg(a, "--pidfile") | arg(a, pidfile) | arg(a, "--root") | arg(a, rootfs) |
+                  arg(a, "--file-locks") | arg(a, "--external") | arg(a, "mnt[]") |
                   arg(a, "--manage-cgroups=ignore");
         for (size_t i = 0; i < r->n_ext; i++)
             bad |= arg(a, "--inherit-fd") | argf(a, "fd[%d]:%s", FB_CRIU_FD_BASE + (int)i, r->ext[i].key);
@@ -723,18 +748,29 @@ static int relisten(const struct fb_container_config *c, pid_t init_pid, const s
     return 0;
 }
 
-static int set_hostname(pid_t init_pid, const char *hostname, fb_error_t *err)
+/* The restored sandbox's own identity: its hostname (a fork's differs
+ * from its parent's) and the loopback of its new network namespace, which
+ * CRIU leaves empty (--empty-ns net: no veth of the parent's comes along;
+ * the daemon attaches the sandbox's own). */
+static int set_identity(pid_t init_pid, const char *hostname, fb_error_t *err)
 {
-    char nspath[64];
-    snprintf(nspath, sizeof nspath, "/proc/%d/ns/uts", (int)init_pid);
-    cleanup_close int ns = open(nspath, O_RDONLY | O_CLOEXEC);
-    if (ns < 0)
-        return fb_error_sys(err, "open %s", nspath);
-    struct ns_job job = {.ns_fd = ns, .nstype = CLONE_NEWUTS, .hostname = hostname, .fd = -1};
+    char uts[64], net[64];
+    snprintf(uts, sizeof uts, "/proc/%d/ns/uts", (int)init_pid);
+    snprintf(net, sizeof net, "/proc/%d/ns/net", (int)init_pid);
+    cleanup_close int ufd = open(uts, O_RDONLY | O_CLOEXEC);
+    cleanup_close int nfd = open(net, O_RDONLY | O_CLOEXEC);
+    if (ufd < 0 || nfd < 0)
+        return fb_error_sys(err, "open the namespaces of pid %d", (int)init_pid);
+    struct ns_job job = {.ns_fd = ufd, .nstype = CLONE_NEWUTS, .hostname = hostname, .fd = -1};
     if (ns_run(&job, err) < 0)
         return -1;
     if (job.errnum != 0)
         return fb_error_set(err, FB_ERR_INTERNAL, job.errnum, "set the hostname");
+    struct ns_job lo = {.ns_fd = nfd, .nstype = CLONE_NEWNET, .path = NULL, .fd = -1};
+    if (ns_run(&lo, err) < 0)
+        return -1;
+    if (lo.errnum != 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, lo.errnum, "bring up the loopback");
     return 0;
 }
 
@@ -767,7 +803,7 @@ int fb_memstate_restore(const struct fb_memstate_restore *r, struct fb_container
     fb_container_unmount_root(c);
     holder_end(&h);
     if (rc == 0)
-        rc = set_hostname(init_pid, c->hostname, err);
+        rc = set_identity(init_pid, c->hostname, err);
     for (size_t i = 0; rc == 0 && i < r->n_ext; i++)
         if (r->ext[i].kind == FB_EXT_LISTEN)
             rc = relisten(c, init_pid, &r->ext[i], err);
