@@ -196,9 +196,24 @@ static int parse_body(json_t *body, const char **name, bool *memory, fb_error_t 
     return 0;
 }
 
-/* Freezes (running) / syncs / copies / thaws; under pause_lock. */
+static int capture_locked(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
+                          bool image, bool memory, const char *tmp, fb_error_t *err);
+
+/* Freezes (running) / syncs / copies / (dumps) / thaws; under pause_lock;
+ * a memory capture first waits for requests being served to end. */
 static int capture(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
                    bool image, bool memory, const char *tmp, fb_error_t *err)
+{
+    if (memory && fb_memory_quiesce(core, row, err) < 0)
+        return -1;
+    int rc = capture_locked(core, row, sandbox_dir, image, memory, tmp, err);
+    if (memory)
+        fb_gate_open(core, row->id);
+    return rc;
+}
+
+static int capture_locked(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
+                          bool image, bool memory, const char *tmp, fb_error_t *err)
 {
     bool froze = false;
     if (strcmp(row->state, "running") == 0 && fb_cgroup_can_freeze(&core->cgroups)) {
@@ -271,6 +286,11 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
         fb_core_container_config(core, &row, "", &paths, &cc);
         image = layer_is_image(paths.sandbox_dir);
         int64_t need = layer_used(core, paths.sandbox_dir, image);
+        /* the images take about what the processes hold in memory */
+        struct fb_cgroup_usage u = {0};
+        cleanup_error fb_error_t uerr = NULL;
+        if (memory && fb_cgroup_usage_read(&core->cgroups, row.id, &u, &uerr) == 0 && need >= 0)
+            need += (int64_t)u.memory_bytes;
         if (need < 0)
             rc = fb_error_sys(err, "measure the layer of %s", id);
         else

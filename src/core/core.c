@@ -196,6 +196,7 @@ void fb_core_close(struct fb_core *core)
     pthread_cond_destroy(&core->pool_cond);
     pthread_cond_destroy(&core->reaper_cond);
     fb_idle_free(core);
+    fb_gate_free(core);
     pthread_mutex_destroy(&core->pause_lock);
     pthread_mutex_destroy(&core->lock);
 }

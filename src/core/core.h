@@ -84,6 +84,7 @@ struct fb_core {
     bool net_ready;             /* the host-side nftables table is in place */
     bool host_rebooted;         /* the kernel's boot id changed since the last start */
     struct fb_idle *idle;       /* when each sandbox was last asked for something (pause.c) */
+    struct fb_gate *gate;       /* requests vs memory captures, per sandbox (gate.c) */
     pthread_mutex_t pause_lock; /* pause, resume and idle pauses, one at a time */
     char net_table[32];         /* its name, forkbox_<first uid slot> */
     char net_missing[320];      /* why sandbox networks are unavailable */
@@ -152,6 +153,7 @@ int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id
 
 /* What exec and file calls need to reach a running sandbox. */
 struct fb_sandbox_handle {
+    struct fb_core *core; /* set while the handle holds the sandbox's gate */
     char id[FB_ID_MAX];
     char sock_path[108];
     int64_t init_pid; /* host pid of its init */

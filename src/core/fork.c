@@ -215,6 +215,9 @@ int fb_sandbox_fork(struct fb_core *core, const char *tenant, const char *id, js
             rc = fb_checkpoint_check_space(core, paths.sandbox_dir, count + 1, (int64_t)u.memory_bytes, err);
         }
     }
+    bool gated = rc == 0 && fb_memory_quiesce(core, &row, err) == 0;
+    if (rc == 0 && !gated)
+        rc = -1;
     bool froze = false;
     if (rc == 0 && fb_cgroup_can_freeze(&core->cgroups)) {
         rc = fb_cgroup_freeze(&core->cgroups, row.id, true, err);
@@ -229,6 +232,8 @@ int fb_sandbox_fork(struct fb_core *core, const char *tenant, const char *id, js
         if (fb_cgroup_freeze(&core->cgroups, row.id, false, &terr) < 0)
             fb_warn("sandbox %s: thaw after fork: %s", row.id, terr->msg);
     }
+    if (gated)
+        fb_gate_open(core, row.id);
     pthread_mutex_unlock(&core->pause_lock);
     int64_t t_capture = fb_mono_us() - t0;
 

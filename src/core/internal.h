@@ -139,8 +139,24 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
                       const struct fb_create_spec *spec, fb_error_t *err);
 int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err);
 
+/* ---- the capture gate (gate.c) ---- */
+#define FB_GATE_WAIT_MS 30000
+/* A request that talks to the sandbox's init passes the gate (waiting while
+ * a memory capture holds it closed: 503 after FB_GATE_WAIT_MS) and leaves
+ * when done. */
+int fb_gate_enter(struct fb_core *core, const char *id, fb_error_t *err);
+void fb_gate_leave(struct fb_core *core, const char *id);
+/* Closes the gate and waits until the requests inside have left (409
+ * after FB_GATE_WAIT_MS, the gate open again); fb_gate_open reopens it. */
+int fb_gate_close(struct fb_core *core, const char *id, fb_error_t *err);
+void fb_gate_open(struct fb_core *core, const char *id);
+void fb_gate_free(struct fb_core *core);
+
 /* ---- memory (memory.c) ---- */
 struct fb_memstate_ext;
+/* Closes row's gate and waits until no request is being served inside
+ * (409 after FB_GATE_WAIT_MS); the caller reopens it with fb_gate_open. */
+int fb_memory_quiesce(struct fb_core *core, const struct fb_sandbox_row *row, fb_error_t *err);
 /* Dumps row's processes into dir/criu (made here) and writes
  * dir/externals.json; with leave_running the sandbox goes on unchanged,
  * else its processes end.  The caller holds pause_lock. */

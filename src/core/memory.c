@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/cleanup.h"
@@ -98,6 +99,32 @@ int fb_memory_ext_read(const char *dir, struct fb_memstate_ext *ext, size_t *n, 
     }
     *n = json_array_size(arr);
     return 0;
+}
+
+int fb_memory_quiesce(struct fb_core *core, const struct fb_sandbox_row *row, fb_error_t *err)
+{
+    if (fb_gate_close(core, row->id, err) < 0)
+        return -1;
+    struct fb_core_paths paths;
+    struct fb_container_config cc;
+    fb_core_container_config(core, row, "", &paths, &cc);
+    int64_t deadline = fb_mono_ms() + FB_GATE_WAIT_MS;
+    for (;;) {
+        int busy = fb_memstate_busy(&cc, (pid_t)row->init_pid, err);
+        if (busy == 0)
+            return 0;
+        if (busy < 0 || fb_mono_ms() > deadline) {
+            fb_gate_open(core, row->id);
+            if (busy < 0)
+                return -1;
+            return fb_error_set(err, FB_ERR_CONFLICT, EBUSY,
+                                "a command is still running in sandbox %s after %d s: memory captures wait "
+                                "for commands and file transfers to end (background processes are fine)",
+                                row->id, FB_GATE_WAIT_MS / 1000);
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const char *dir,
@@ -216,11 +243,17 @@ int fb_sandbox_hibernate(struct fb_core *core, const char *tenant, const char *i
             if (mkdir(dir, 0700) < 0)
                 rc = fb_error_sys(err, "create %s", dir);
         }
-        /* a paused sandbox's cgroup stays frozen: CRIU dumps it as it is */
+        /* a paused sandbox's cgroup stays frozen: CRIU dumps it as it is;
+         * a command still running is waited for */
+        bool gated = rc == 0 && fb_memory_quiesce(core, &row, err) == 0;
+        if (rc == 0 && !gated)
+            rc = -1;
         if (rc == 0 && fb_memory_dump(core, &row, dir, false, err) < 0) {
             fb_rm_rf(dir);
             rc = -1;
         }
+        if (gated)
+            fb_gate_open(core, row.id);
         if (rc == 0) {
             /* the dump ended every process: what is left is theirs to let go */
             fb_container_kill((pid_t)row.init_pid);

@@ -583,6 +583,9 @@ void fb_sandbox_handle_clear(struct fb_sandbox_handle *h)
     if (h->env)
         json_decref(h->env);
     h->env = NULL;
+    if (h->core != NULL)
+        fb_gate_leave(h->core, h->id);
+    h->core = NULL;
 }
 
 int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_handle *h,
@@ -598,6 +601,9 @@ int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, st
     struct fb_core_paths paths;
     struct fb_container_config cc;
     fb_core_container_config(core, &row, "", &paths, &cc);
+    if (fb_gate_enter(core, row.id, err) < 0)
+        return -1;
+    h->core = core;
     fb_strlcpy(h->id, row.id, sizeof h->id);
     fb_strlcpy(h->sock_path, paths.sock_path, sizeof h->sock_path);
     h->init_pid = row.init_pid;

@@ -824,3 +824,44 @@ int fb_memstate_restore(const struct fb_memstate_restore *r, struct fb_container
     out->init_pid = init_pid;
     return 0;
 }
+
+int fb_memstate_busy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err)
+{
+    cleanup_free pid_t *pids = NULL;
+    size_t n = 0;
+    if (fb_cgroup_procs_read(c->cgroups, c->id, &pids, &n, err) < 0)
+        return -1;
+    char layer[PATH_MAX];
+    if (fb_snprintf(layer, sizeof layer, "%s/layer/", c->sandbox_dir) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "layer path");
+    int busy = 0;
+    for (size_t i = 0; i < n && !busy; i++) {
+        if (pids[i] == init_pid)
+            continue;
+        char path[64], exe[64];
+        snprintf(path, sizeof path, "/proc/%d/exe", (int)pids[i]);
+        ssize_t len = readlink(path, exe, sizeof exe - 1);
+        if (len < 0)
+            continue;
+        exe[len] = '\0';
+        if (strncmp(exe, "/memfd:forkbox-init", 19) != 0)
+            continue;
+        /* a keeper holds its record files; any other worker of init is
+         * serving a request, over a connection to the daemon */
+        bool keeper = false;
+        snprintf(path, sizeof path, "/proc/%d/fd", (int)pids[i]);
+        cleanup_dir DIR *d = opendir(path);
+        struct dirent *e;
+        while (d != NULL && !keeper && (e = readdir(d)) != NULL) {
+            char link[PATH_MAX];
+            ssize_t l = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+            if (l <= 0)
+                continue;
+            link[l] = '\0';
+            keeper = strncmp(link, layer, strlen(layer)) == 0;
+        }
+        if (d != NULL && !keeper)
+            busy = 1;
+    }
+    return busy;
+}

@@ -83,6 +83,10 @@ int fb_memstate_restore(const struct fb_memstate_restore *r, struct fb_container
  * Returns the fd (caller-owned) or -1 with *err. */
 int fb_memstate_listen_in(int netns_fd, const char *path, fb_error_t *err);
 
+/* 1 while a worker of the sandbox's init serves a request (holding a
+ * connection to the daemon, which CRIU cannot dump), 0 when none does. */
+int fb_memstate_busy(const struct fb_container_config *c, pid_t init_pid, fb_error_t *err);
+
 /* Whether rel is a path a restore may open or bind (so an imported or
  * tampered externals list cannot point anywhere else). */
 bool fb_memstate_rel_valid(enum fb_memstate_ext_kind kind, const char *rel);
