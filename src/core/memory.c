@@ -109,10 +109,19 @@ int fb_memory_quiesce(struct fb_core *core, const struct fb_sandbox_row *row, fb
     struct fb_container_config cc;
     fb_core_container_config(core, row, "", &paths, &cc);
     int64_t deadline = fb_mono_ms() + FB_GATE_WAIT_MS;
+    int clean = 0;
     for (;;) {
         int busy = fb_memstate_busy(&cc, (pid_t)row->init_pid, err);
-        if (busy == 0)
+        /* twice clean, 20 ms apart: a connection made just before the
+         * gate closed and not yet accepted by init shows by then */
+        if (busy == 0 && ++clean == 2)
             return 0;
+        if (busy == 0) {
+            struct timespec gap = {0, 20 * 1000 * 1000};
+            nanosleep(&gap, NULL);
+            continue;
+        }
+        clean = 0;
         if (busy < 0 || fb_mono_ms() > deadline) {
             fb_gate_open(core, row->id);
             if (busy < 0)
@@ -155,8 +164,14 @@ int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const
         .timeout_ms = DUMP_TIMEOUT_MS,
     };
     int64_t t0 = fb_mono_us();
-    if (fb_memstate_dump(&d, ext, &n, err) < 0)
+    if (fb_memstate_dump(&d, ext, &n, err) < 0) {
+        /* kept for a post-mortem: the first lines are in *err */
+        char log[PATH_MAX + 16], keep[PATH_MAX + 16];
+        if (fb_snprintf(log, sizeof log, "%s/dump.log", images) == 0 &&
+            fb_snprintf(keep, sizeof keep, "%s/dump-failed.log", paths.sandbox_dir) == 0)
+            rename(log, keep);
         return fb_error_wrap(err, "dump the processes of %s", row->id);
+    }
     fb_debug("sandbox %s: criu dump took %lld us (%zu externals)", row->id, (long long)(fb_mono_us() - t0),
              n);
     return fb_memory_ext_write(dir, ext, n, err);

@@ -836,8 +836,23 @@ int fb_memstate_busy(const struct fb_container_config *c, pid_t init_pid, fb_err
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "layer path");
     int busy = 0;
     for (size_t i = 0; i < n && !busy; i++) {
-        if (pids[i] == init_pid)
+        if (pids[i] == init_pid) {
+            /* init itself between accepting a connection and handing it
+             * to a worker: any socket beside its listener (fd 3) */
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%d/fd", (int)init_pid);
+            cleanup_dir DIR *d = opendir(path);
+            struct dirent *e;
+            while (d != NULL && !busy && (e = readdir(d)) != NULL) {
+                char link[64];
+                ssize_t l = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+                if (l <= 0)
+                    continue;
+                link[l] = '\0';
+                busy = strncmp(link, "socket:", 7) == 0 && atoi(e->d_name) != 3;
+            }
             continue;
+        }
         char path[64], exe[64];
         snprintf(path, sizeof path, "/proc/%d/exe", (int)pids[i]);
         ssize_t len = readlink(path, exe, sizeof exe - 1);
