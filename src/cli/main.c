@@ -57,6 +57,8 @@ static const char main_usage[] =
     "  checkpoint    checkpoint a sandbox's files and print the id; checkpoint rm CKPT...\n"
     "  checkpoints   list a sandbox's checkpoints\n"
     "  rollback      give a sandbox the files of one of its checkpoints\n"
+    "  checkpoint export CKPT [-o FILE] / checkpoint import FILE   move checkpoints between hosts\n"
+    "  export        write an image archive of a sandbox (podman load / docker load)\n"
     "Templates and daemon:\n"
     "  template      ls, import, rm root filesystem templates\n"
     "  info          show what the daemon and host support\n"
@@ -238,6 +240,7 @@ static const struct {
     {"checkpoint", fb_cmd_checkpoint},
     {"checkpoints", fb_cmd_checkpoints},
     {"rollback", fb_cmd_rollback},
+    {"export", fb_cmd_export},
     {"template", fb_cmd_template},
     {"templates", fb_cmd_template},
     {"info", fb_cmd_info},
