@@ -287,7 +287,7 @@ int fb_whiteout_parse(const char *path, char *target, size_t len, fb_error_t *er
 int fb_whiteout_name(const char *dir, const char *name, bool opaque, char *out, size_t len)
 {
     const char *sep = dir[0] ? "/" : "";
-    if (opaque)
-        return fb_snprintf(out, len, "%s%s%s", dir, sep, WH_OPAQUE);
-    return fb_snprintf(out, len, "%s%s%s%s", dir, sep, WH_PREFIX, name);
+    int r = opaque ? fb_snprintf(out, len, "%s%s%s", dir, sep, WH_OPAQUE)
+                   : fb_snprintf(out, len, "%s%s%s%s", dir, sep, WH_PREFIX, name);
+    return r < 0 ? -1 : 0;
 }
