@@ -19,7 +19,8 @@
 /* Writes checkpoint cid of tenant in the export format to out_fd (a
  * spool: regular file, empty).  not_found; conflict when its template is
  * gone (the export must name the template's digest). */
-int fb_checkpoint_export(struct fb_core *core, const char *tenant, const char *cid, int out_fd, fb_error_t *err);
+int fb_checkpoint_export(struct fb_core *core, const char *tenant, const char *cid, int out_fd,
+                         fb_error_t *err);
 
 /* Makes a new checkpoint of tenant from the export at tar_path (the
  * untrusted, spooled upload; plain, gzip or zstd).  bad_request for
