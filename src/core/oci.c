@@ -53,16 +53,15 @@ static void spec_clearp(struct fb_create_spec *s)
 #define cleanup_row __attribute__((cleanup(row_clearp)))
 #define cleanup_spec __attribute__((cleanup(spec_clearp)))
 
-/* What the cache was built from: the rootfs dir (a new one on re-import)
- * and the template's row. */
-static int cache_stamp(const char *rootfs, const struct fb_template_row *row, char *out, size_t len,
-                       fb_error_t *err)
+/* What the cache was built from: the rootfs dir itself, a new one (new
+ * inode, new ctime) whenever the template is built or imported again. */
+static int cache_stamp(const char *rootfs, char *out, size_t len, fb_error_t *err)
 {
     struct stat st;
     if (lstat(rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
         return fb_error_sys(err, "stat %s", rootfs);
-    return fb_snprintf(out, len, "%ju.%ju.%lld", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino,
-                       (long long)row->created_ms) < 0
+    return fb_snprintf(out, len, "%ju.%ju.%lld.%ld", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino,
+                       (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec) < 0
                ? fb_error_set(err, FB_ERR_INTERNAL, 0, "stamp")
                : 0;
 }
@@ -123,16 +122,14 @@ int fb_template_layer(struct fb_core *core, const char *name, char *path, size_t
                       int64_t *size, fb_error_t *err)
 {
     char rootfs[PATH_MAX], dir[PATH_MAX], idp[PATH_MAX], stamp[128];
-    struct fb_template_row row;
-    if (fb_template_rootfs(core, name, rootfs, sizeof rootfs, err) < 0 ||
-        fb_store_template_get(core->store, name, &row, err) < 0)
+    if (fb_template_rootfs(core, name, rootfs, sizeof rootfs, err) < 0)
         return -1;
     if (fb_snprintf(dir, sizeof dir, "%s/templates/%s", core->cfg.state_dir, name) < 0 ||
         fb_snprintf(path, pathlen, "%s/%s", dir, CACHE_TAR) < 0 ||
         fb_snprintf(idp, sizeof idp, "%s/%s", dir, CACHE_ID) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "template path");
     pthread_mutex_lock(&cache_lock);
-    int rc = cache_stamp(rootfs, &row, stamp, sizeof stamp, err);
+    int rc = cache_stamp(rootfs, stamp, sizeof stamp, err);
     struct stat st;
     if (rc == 0 && !(cache_valid(idp, stamp, digest, size) && lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
                      st.st_size == *size))
