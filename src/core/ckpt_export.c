@@ -169,11 +169,18 @@ int fb_checkpoint_export(struct fb_core *core, const char *tenant, const char *c
     cleanup_manifest struct fb_ckpt_manifest m = {0};
     char tpath[PATH_MAX];
     int64_t tsize;
-    if (fb_template_layer(core, ck.template_name, tpath, sizeof tpath, m.template_digest, &tsize, err) < 0)
-        return fb_error_set(
-            err, FB_ERR_CONFLICT, 0,
-            "checkpoint %s: its template %s is not usable here, and an export names its digest", cid,
-            ck.template_name);
+    {
+        cleanup_error fb_error_t terr = NULL;
+        if (fb_template_layer(core, ck.template_name, tpath, sizeof tpath, m.template_digest, &tsize, &terr) <
+            0)
+            return terr->kind == FB_ERR_NOT_FOUND
+                       ? fb_error_set(
+                             err, FB_ERR_CONFLICT, 0,
+                             "checkpoint %s: its template %s is gone, and an export names its digest", cid,
+                             ck.template_name)
+                       : fb_error_set(err, terr->kind, terr->errno_value, "checkpoint %s: %s", cid,
+                                      terr->msg);
+    }
     char dir[PATH_MAX];
     if (fb_snprintf(dir, sizeof dir, "%s/checkpoints/%s", core->cfg.state_dir, cid) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "checkpoint path");

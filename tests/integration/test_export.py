@@ -228,12 +228,12 @@ def good_export(client):
     return data
 
 
-def layer_with(extra):
-    """A layer tar holding one TarInfo (and its data)."""
+def layer_with(*extra):
+    """A layer tar holding these (TarInfo, data) entries."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        ti, blob = extra
-        t.addfile(ti, io.BytesIO(blob) if blob else None)
+        for ti, blob in extra:
+            t.addfile(ti, io.BytesIO(blob) if blob else None)
     return buf.getvalue()
 
 
@@ -260,6 +260,8 @@ def bad_exports(data):
             (tinfo("root/esc", tarfile.SYMTYPE, "../../../../../etc"), None)))), 400, "outside"),
         "device node": (retar(with_layer(ents, layer_with(
             (tinfo("root/null", tarfile.CHRTYPE, devmajor=1, devminor=3), None)))), 400, "device"),
+        "through symlink": (retar(with_layer(ents, layer_with(
+            (tinfo("root/l", tarfile.SYMTYPE, "/etc"), None), (tinfo("root/l/passwd", size=1), b"x")))), 400, ""),
         "missing manifest": (retar(ents[1:]), 400, "manifest.json"),
         "duplicate manifest": (retar(ents + [ents[0]]), 400, "second"),
         "wrong version": (retar(with_manifest(ents, lambda m: m.update(version=99))), 400, "version"),
@@ -276,7 +278,7 @@ def bad_exports(data):
 
 
 @pytest.mark.parametrize("case", ["truncated", "corrupt member", "dotdot member", "absolute member",
-                                  "symlink escaping", "device node", "missing manifest", "duplicate manifest",
+                                  "symlink escaping", "device node", "through symlink", "missing manifest", "duplicate manifest",
                                   "wrong version", "unknown field", "member not listed", "listed member missing",
                                   "template mismatch", "template unknown", "not a tar"])
 def test_import_refuses_bad_exports(client, good_export, case):
@@ -386,3 +388,58 @@ def test_cli_export_import(client, make, cli_env, tmp_path, ckpts):
     assert out.returncode == 0, out.stderr
     with tarfile.open(img) as t:
         assert {"oci-layout", "index.json"} <= set(t.getnames())
+
+
+def test_template_identity(client, ckpts, tmp_path):
+    """An export names its template by digest: the same template imported again
+    (same files) takes it, another template's files under the same name do not,
+    and a checkpoint whose template is gone cannot be exported."""
+    import time
+    from test_cli import tiny_rootfs_tar
+    name = "it-export-" + os.urandom(3).hex()
+    tarpath = str(tmp_path / "tiny.tar")
+    tiny_rootfs_tar(tarpath)
+    blob = open(tarpath, "rb").read()
+
+    def delete_template():
+        deadline = time.time() + 30
+        while client.delete("/v1/templates/" + name).status == 409 and time.time() < deadline:
+            time.sleep(0.2)
+
+    assert client.put("/v1/templates/%s/import" % name, raw=blob).status == 201
+    try:
+        sid = client.create(template=name)["id"]
+        sh(client, sid, "echo t > /t")
+        ck = checkpoint(client, sid)
+        ckpts.append(ck["id"])
+        data = export(client, ck["id"])
+        client.delete("/v1/sandboxes/" + sid)
+        delete_template()
+        r = client.get("/v1/checkpoints/%s/export" % ck["id"])
+        assert r.status == 409 and "gone" in r.json()["error"]["message"], r
+        r = client.post("/v1/checkpoints/import", raw=data)
+        assert r.status == 409 and "does not exist" in r.json()["error"]["message"], r
+        # the same tarball again gives the same files, so the same digest
+        assert client.put("/v1/templates/%s/import" % name, raw=blob).status == 201
+        again = do_import(client, data)
+        ckpts.append(again["id"])
+        sb = client.post("/v1/sandboxes", {"checkpoint": again["id"]})
+        assert sb.status == 201, sb
+        assert sh(client, sb.json()["id"], ["cat", "/t"]) == "t\n"
+        client.delete("/v1/sandboxes/" + sb.json()["id"])
+        # other files under the same name: refused
+        delete_template()
+        other = io.BytesIO()
+        with tarfile.open(tarpath) as src, tarfile.open(fileobj=other, mode="w") as dst:
+            for m in src.getmembers():
+                dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+            extra = tarfile.TarInfo("extra")
+            extra.size = 1
+            dst.addfile(extra, io.BytesIO(b"x"))
+        assert client.put("/v1/templates/%s/import" % name, raw=other.getvalue()).status == 201
+        before = state_listing()
+        r = client.post("/v1/checkpoints/import", raw=data)
+        assert r.status == 409 and "not the one" in r.json()["error"]["message"], r
+        assert state_listing() == before
+    finally:
+        delete_template()
