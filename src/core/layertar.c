@@ -542,82 +542,85 @@ static void filter_xattrs(struct archive_entry *ae)
     free(keep);
 }
 
-/* In the child, chrooted into the upper dir.  Reports "<kind><message>"
- * on report_fd: B bad input, S out of space, I anything else. */
-static int extract_child(int tar_fd, uid_t base, int report_fd)
+/* One entry, in the child: a whiteout or opaque marker by hand, anything
+ * else through libarchive.  0, or the kind of failure ('B' bad input, 'S'
+ * out of space, 'I' other) with msg filled. */
+static char extract_one(struct archive *in, struct archive *out, struct archive_entry *ae, uid_t base,
+                        char *msg, size_t len)
 {
-    char msg[512] = "";
-    char kind = 'I';
-    struct archive *in = NULL, *out = archive_write_disk_new();
-    fb_error_t err = NULL;
-    int rc = 1;
-    if (out == NULL || (in = open_layer(tar_fd, &err)) == NULL) {
-        snprintf(msg, sizeof msg, "%s", err ? err->msg : "no memory");
-        fb_error_release(&err);
-        goto done;
+    char name[FB_PATH_MAX + 2], target[FB_PATH_MAX + 2];
+    clean_name(archive_entry_pathname(ae), name, sizeof name);
+    if (name[0] == '\0')
+        return 0; /* the upper dir itself is made by the daemon */
+    int wh = fb_whiteout_parse(name, target, sizeof target, NULL);
+    if (wh == FB_WH_FILE || wh == FB_WH_OPAQUE) {
+        const char *t = target[0] ? target : ".";
+        int e = wh == FB_WH_FILE ? mknod(t, S_IFCHR, makedev(0, 0)) : lsetxattr(t, OPAQUE_XATTR, "y", 1, 0);
+        if (e == 0 && wh == FB_WH_FILE)
+            e = lchown(t, base, base);
+        if (e == 0)
+            return 0;
+        snprintf(msg, len, "whiteout %.200s: %s", name, strerror(errno));
+        return errno == ENOSPC ? 'S' : 'B';
     }
-    archive_write_disk_set_options(
-        out, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                 ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                 ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_UNLINK);
+    archive_entry_set_pathname(ae, name);
+    archive_entry_set_uid(ae, archive_entry_uid(ae) + base);
+    archive_entry_set_gid(ae, archive_entry_gid(ae) + base);
+    archive_entry_set_uname(ae, NULL);
+    archive_entry_set_gname(ae, NULL);
+    filter_xattrs(ae);
+    if (archive_read_extract2(in, ae, out) >= ARCHIVE_WARN)
+        return 0;
+    snprintf(msg, len, "unpack %.200s: %s", name, archive_error_string(out));
+    return archive_errno(out) == ENOSPC || archive_errno(in) == ENOSPC ? 'S' : 'B';
+}
+
+static char extract_all(struct archive *in, struct archive *out, uid_t base, char *msg, size_t len)
+{
     for (;;) {
         struct archive_entry *ae;
         int r = archive_read_next_header(in, &ae);
         if (r == ARCHIVE_EOF)
             break;
         if (r < ARCHIVE_WARN) {
-            kind = 'B';
-            snprintf(msg, sizeof msg, "corrupt layer tar: %s", archive_error_string(in));
-            goto done;
+            snprintf(msg, len, "corrupt layer tar: %s", archive_error_string(in));
+            return 'B';
         }
-        char name[FB_PATH_MAX + 2], target[FB_PATH_MAX + 2];
-        clean_name(archive_entry_pathname(ae), name, sizeof name);
-        if (name[0] == '\0')
-            continue; /* the upper dir itself is made by the daemon */
-        int wh = fb_whiteout_parse(name, target, sizeof target, NULL);
-        if (wh == FB_WH_FILE || wh == FB_WH_OPAQUE) {
-            const char *t = target[0] ? target : ".";
-            int e =
-                wh == FB_WH_FILE ? mknod(t, S_IFCHR, makedev(0, 0)) : lsetxattr(t, OPAQUE_XATTR, "y", 1, 0);
-            if (e == 0 && wh == FB_WH_FILE)
-                e = lchown(t, base, base);
-            if (e < 0) {
-                kind = errno == ENOSPC ? 'S' : 'B';
-                snprintf(msg, sizeof msg, "whiteout %.200s: %s", name, strerror(errno));
-                goto done;
-            }
-            continue;
-        }
-        archive_entry_set_pathname(ae, name);
-        archive_entry_set_uid(ae, archive_entry_uid(ae) + base);
-        archive_entry_set_gid(ae, archive_entry_gid(ae) + base);
-        archive_entry_set_uname(ae, NULL);
-        archive_entry_set_gname(ae, NULL);
-        filter_xattrs(ae);
-        r = archive_read_extract2(in, ae, out);
-        if (r < ARCHIVE_WARN) {
-            kind = archive_errno(out) == ENOSPC || archive_errno(in) == ENOSPC ? 'S' : 'B';
-            snprintf(msg, sizeof msg, "unpack %.200s: %s", name, archive_error_string(out));
-            goto done;
-        }
+        char kind = extract_one(in, out, ae, base, msg, len);
+        if (kind != 0)
+            return kind;
     }
     if (archive_write_close(out) != ARCHIVE_OK) {
-        kind = archive_errno(out) == ENOSPC ? 'S' : 'I';
-        snprintf(msg, sizeof msg, "finish unpacking: %s", archive_error_string(out));
-        goto done;
+        snprintf(msg, len, "finish unpacking: %s", archive_error_string(out));
+        return archive_errno(out) == ENOSPC ? 'S' : 'I';
     }
-    rc = 0;
-done:
-    if (rc != 0) {
-        char line[520];
-        int n = snprintf(line, sizeof line, "%c%s", kind, msg);
-        (void)!write(report_fd, line, (size_t)n);
+    return 0;
+}
+
+/* In the child, chrooted into the upper dir: reports "<kind><message>" on
+ * report_fd when it fails. */
+static int extract_child(int tar_fd, uid_t base, int report_fd)
+{
+    char msg[512] = "no memory";
+    cleanup_error fb_error_t err = NULL;
+    cleanup_archive_wr struct archive *out = archive_write_disk_new();
+    cleanup_archive_rd struct archive *in = out ? open_layer(tar_fd, &err) : NULL;
+    char kind = 'I';
+    if (in != NULL) {
+        archive_write_disk_set_options(
+            out, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                     ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                     ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_UNLINK);
+        kind = extract_all(in, out, base, msg, sizeof msg);
+    } else if (err != NULL) {
+        snprintf(msg, sizeof msg, "%s", err->msg);
     }
-    if (in)
-        archive_read_free(in);
-    if (out)
-        archive_write_free(out);
-    return rc;
+    if (kind == 0)
+        return 0;
+    char line[520];
+    int n = snprintf(line, sizeof line, "%c%s", kind, msg);
+    (void)!write(report_fd, line, (size_t)n);
+    return 1;
 }
 
 int fb_layer_tar_extract(const char *tar_path, const char *dest, uid_t uid_base, fb_error_t *err)
