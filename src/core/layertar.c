@@ -27,6 +27,9 @@
 #define DEPTH_MAX 256
 #define XATTR_BUF 65536
 #define OPAQUE_XATTR "trusted.overlay.opaque"
+/* memory spent remembering names: hardlink sources while writing, symlinks
+ * while checking (through_symlink); the tree is the sandbox's to shape */
+#define LINK_NAMES_MAX (64 << 20)
 
 static void rd_freep(struct archive **a)
 {
@@ -113,6 +116,7 @@ struct walk {
     struct archive *a;
     const struct fb_layer_opts *o;
     json_t *links; /* "dev:ino" -> first path, for hardlinks */
+    size_t link_bytes;
     long entries;
     char *buf;
     char *xbuf, *xval;
@@ -254,7 +258,11 @@ static int put_file(struct walk *w, int dfd, const char *name, const char *path,
             archive_entry_set_size(ae, 0);
             return put_header(w, ae, err);
         }
-        json_object_set_new(w->links, key, json_string(path));
+        /* past the budget, further names of an inode are stored as copies */
+        if (w->link_bytes + strlen(path) + 64 <= LINK_NAMES_MAX) {
+            w->link_bytes += strlen(path) + 64;
+            json_object_set_new(w->links, key, json_string(path));
+        }
     }
     cleanup_close int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
@@ -435,7 +443,25 @@ static enum fb_tar_type entry_type(struct archive_entry *ae)
     }
 }
 
-static int check_entry(struct archive_entry *ae, fb_error_t *err)
+/* Refuses a member below a symlink an earlier member made: unpacking
+ * would replace the link with a directory (or refuse), so the layer would
+ * not come back as the tar says; links holds the symlinks' paths. */
+static int through_symlink(json_t *links, const char *name, fb_error_t *err)
+{
+    if (json_object_size(links) == 0)
+        return 0;
+    char buf[FB_PATH_MAX + 2];
+    fb_strlcpy(buf, name, sizeof buf);
+    for (char *slash = strrchr(buf, '/'); slash != NULL; slash = strrchr(buf, '/')) {
+        *slash = '\0';
+        if (json_object_get(links, buf) != NULL)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
+                                "layer member \"%.96s\" is below the symlink %.96s", name, buf);
+    }
+    return 0;
+}
+
+static int check_entry(struct archive_entry *ae, json_t *links, size_t *link_bytes, fb_error_t *err)
 {
     char name[FB_PATH_MAX + 2], target[FB_PATH_MAX + 2], full[FB_PATH_MAX + 1];
     const char *raw = archive_entry_pathname(ae);
@@ -454,8 +480,15 @@ static int check_entry(struct archive_entry *ae, fb_error_t *err)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "layer member \"%.96s\": owner outside 0..65535",
                             raw);
     int wh = fb_whiteout_parse(name, target, sizeof target, err);
-    if (wh < 0)
+    if (wh < 0 || through_symlink(links, name, err) < 0)
         return -1;
+    if (type == FB_TAR_SYMLINK) {
+        *link_bytes += strlen(name) + 64;
+        if (*link_bytes > LINK_NAMES_MAX)
+            return fb_error_set(err, FB_ERR_TOO_LARGE, 0, "layer holds more than %d MiB of symlink names",
+                                LINK_NAMES_MAX >> 20);
+        json_object_set_new(links, name, json_true());
+    }
     if (wh != FB_WH_NONE) {
         if (type != FB_TAR_FILE || archive_entry_size(ae) != 0)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
@@ -487,9 +520,11 @@ static int check_entry(struct archive_entry *ae, fb_error_t *err)
 static int check_pass(int fd, fb_error_t *err)
 {
     cleanup_archive_rd struct archive *a = open_layer(fd, err);
-    if (a == NULL)
-        return -1;
+    cleanup_json json_t *links = json_object();
+    if (a == NULL || links == NULL)
+        return a == NULL ? -1 : fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "symlink set");
     long n = 0;
+    size_t link_bytes = 0;
     for (;;) {
         struct archive_entry *ae;
         int r = archive_read_next_header(a, &ae);
@@ -500,7 +535,7 @@ static int check_pass(int fd, fb_error_t *err)
         if (++n > FB_LAYER_ENTRIES_MAX)
             return fb_error_set(err, FB_ERR_TOO_LARGE, 0, "layer has more than %d entries",
                                 FB_LAYER_ENTRIES_MAX);
-        if (check_entry(ae, err) < 0)
+        if (check_entry(ae, links, &link_bytes, err) < 0)
             return -1;
     }
 }

@@ -32,7 +32,8 @@ int fb_layer_tar_write(int dir_fd, const struct fb_layer_opts *o, int out_fd, in
                        fb_error_t *err);
 
 /* Checks the layer tar at tar_path whole (tarfilter rules, whiteout names,
- * owners < 65536, entry count), then unpacks it into dest (an existing
+ * owners < 65536, entry count, no member below a symlink an earlier member
+ * made), then unpacks it into dest (an existing
  * upper dir, host path) in a child chrooted there: owners move up by
  * uid_base, ".wh.NAME" becomes a 0:0 character device, ".wh..wh..opq"
  * the xattr trusted.overlay.opaque=y.  FB_ERR_BAD_REQUEST for a bad tar,
