@@ -53,7 +53,8 @@ static int spool_open(struct fb_core *core, fb_error_t *err)
 
 /* The layer tar of the checkpoint in dir: its image is mounted on a
  * private temp dir for the walk (under pause_lock: nothing else mounts or
- * copies it meanwhile). */
+ * copies it meanwhile).  Read-write on purpose: the copy is the image of a
+ * crash at one instant, readable only once its journal is replayed. */
 static int layer_tar(struct fb_core *core, const struct fb_checkpoint_row *ck, const char *dir, int spool,
                      int64_t *size, char sha[65], fb_error_t *err)
 {
