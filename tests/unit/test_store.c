@@ -130,7 +130,7 @@ static void test_open_private_wal(void **state)
     cleanup_free char *mode = raw_text(f->path, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     cleanup_free char *version = raw_text(f->path, "PRAGMA user_version");
-    assert_string_equal(version, "3");
+    assert_string_equal(version, "4");
     cleanup_free char *indexes = raw_text(f->path, "SELECT group_concat(name, ',') FROM (SELECT name FROM "
                                                    "sqlite_master WHERE type = 'index' AND tbl_name = "
                                                    "'sandboxes' AND sql IS NOT NULL ORDER BY name)");
@@ -158,7 +158,7 @@ static void test_newer_schema_refused(void **state)
     assert_null(s);
 
     /* Put it back so teardown has a store to close. */
-    free(raw_text(f->path, "PRAGMA user_version = 3"));
+    free(raw_text(f->path, "PRAGMA user_version = 4"));
     reopen(f);
 }
 
