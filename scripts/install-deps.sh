@@ -6,8 +6,8 @@ set -eu
 BUILD="meson ninja-build gcc pkgconf libmicrohttpd-dev libjansson-dev \
 libseccomp-dev libnftables-dev libsqlite3-dev libarchive-dev libcurl4-gnutls-dev libcap-dev \
 libhttp-parser-dev libwslay-dev"
-RUN="debootstrap iproute2 ca-certificates e2fsprogs btrfs-progs"
-TEST="libcmocka-dev python3-pytest python3-requests clang-format openssl iptables nftables tmux"
+RUN="debootstrap iproute2 ca-certificates e2fsprogs btrfs-progs iptables"
+TEST="libcmocka-dev python3-pytest python3-requests clang-format openssl iptables nftables tmux podman runc"
 BENCH="podman runc bubblewrap"
 
 want="$BUILD $RUN"

@@ -162,6 +162,10 @@ struct MHD_Response *fb_h_checkpoint_list(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_checkpoint_get(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_checkpoint_delete(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_sandbox_rollback(struct fb_req *r, unsigned *status);
+/* export.c */
+struct MHD_Response *fb_h_checkpoint_export(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_checkpoint_import(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_sandbox_export(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_exec(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_start(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_proc_list(struct fb_req *r, unsigned *status);

@@ -1,6 +1,7 @@
 /* Route table: the whole v1 surface at a glance. */
 #include <string.h>
 
+#include "../core/ckptfmt.h"
 #include "../core/code.h"
 #include "../core/procs.h"
 #include "api.h"
@@ -24,7 +25,10 @@ static const struct fb_route routes[] = {
     {"POST", "/v1/sandboxes/{}/checkpoints", FB_BODY_JSON, true, fb_h_checkpoint_create},
     {"GET", "/v1/sandboxes/{}/checkpoints", FB_BODY_NONE, true, fb_h_checkpoint_list},
     {"POST", "/v1/sandboxes/{}/rollback", FB_BODY_JSON, true, fb_h_sandbox_rollback},
+    {"GET", "/v1/sandboxes/{}/export", FB_BODY_NONE, true, fb_h_sandbox_export},
+    {"POST", "/v1/checkpoints/import", FB_BODY_SPOOL, true, fb_h_checkpoint_import, FB_CKPT_TAR_MAX},
     {"GET", "/v1/checkpoints/{}", FB_BODY_NONE, true, fb_h_checkpoint_get},
+    {"GET", "/v1/checkpoints/{}/export", FB_BODY_NONE, true, fb_h_checkpoint_export},
     {"DELETE", "/v1/checkpoints/{}", FB_BODY_NONE, true, fb_h_checkpoint_delete},
     {"GET", "/v1/audit", FB_BODY_NONE, true, fb_h_audit},
     {"GET", "/metrics", FB_BODY_NONE, true, fb_h_metrics},

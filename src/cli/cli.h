@@ -162,5 +162,9 @@ int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_rollback(struct fb_cli *cli, int argc, char **argv);
+/* Checkpoints and sandboxes as tar files (commands_export.c) */
+int fb_cmd_checkpoint_export(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_checkpoint_import(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_export(struct fb_cli *cli, int argc, char **argv);
 
 #endif

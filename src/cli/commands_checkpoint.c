@@ -21,8 +21,11 @@ static const struct fb_command checkpoint_cmd = {
     .name = "checkpoint",
     .usage = "Usage: forkbox checkpoint ID [--name NAME]\n"
              "       forkbox checkpoint rm CKPT...\n"
+             "       forkbox checkpoint export CKPT [-o FILE]\n"
+             "       forkbox checkpoint import FILE\n"
              "Checkpoints the files of sandbox ID and prints the checkpoint's id (the whole\n"
-             "object with --json); `rm` deletes checkpoints.\n\n"
+             "object with --json); `rm` deletes checkpoints; `export` writes one as a tar,\n"
+             "`import` makes a new one from such a tar (see their --help).\n\n"
              "      --name NAME   a name to remember it by\n",
     .longopts = checkpoint_longopts,
 };
@@ -61,6 +64,11 @@ static int checkpoint_rm(struct fb_cli *cli, int argc, char **argv)
 
 int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv)
 {
+    /* before option parsing: these take options of their own */
+    if (argc >= 2 && strcmp(argv[1], "export") == 0)
+        return fb_cmd_checkpoint_export(cli, argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "import") == 0)
+        return fb_cmd_checkpoint_import(cli, argc - 1, argv + 1);
     cleanup_json json_t *body = json_object();
     if (body == NULL)
         return FB_EXIT_FAIL;

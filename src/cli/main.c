@@ -54,9 +54,11 @@ static const char main_usage[] =
     "  cp            copy files between the host and a sandbox\n"
     "  files         ls, cat, put, rm files inside a sandbox\n"
     "Checkpoints (files):\n"
-    "  checkpoint    checkpoint a sandbox's files and print the id; checkpoint rm CKPT...\n"
+    "  checkpoint    checkpoint a sandbox's files and print the id; checkpoint rm CKPT...;\n"
+    "                checkpoint export CKPT / import FILE: a checkpoint as a tar, to move it\n"
     "  checkpoints   list a sandbox's checkpoints\n"
     "  rollback      give a sandbox the files of one of its checkpoints\n"
+    "  export        write an image archive of a sandbox (podman load / docker load)\n"
     "Templates and daemon:\n"
     "  template      ls, import, rm root filesystem templates\n"
     "  info          show what the daemon and host support\n"
@@ -238,6 +240,7 @@ static const struct {
     {"checkpoint", fb_cmd_checkpoint},
     {"checkpoints", fb_cmd_checkpoints},
     {"rollback", fb_cmd_rollback},
+    {"export", fb_cmd_export},
     {"template", fb_cmd_template},
     {"templates", fb_cmd_template},
     {"info", fb_cmd_info},
