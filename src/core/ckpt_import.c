@@ -7,6 +7,7 @@
  * checkpoint being taken is, so a failure (or a crash) leaves nothing. */
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gnutls/crypto.h>
@@ -21,8 +22,10 @@
 #include "../common/json_util.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../runtime/copy.h"
 #include "../runtime/disk.h"
 #include "ckptfmt.h"
+#include "internal.h"
 #include "export.h"
 #include "layertar.h"
 #include "spec.h"
@@ -247,6 +250,61 @@ static int make_layer_dirs(const char *layer_dir, char *upper, size_t len, fb_er
     return 0;
 }
 
+/* A memory checkpoint's keepers' records travel as criu/forkbox-record.
+ * PID.NAME (the layer tar holds only the sandbox's own files): they go
+ * back to procs/PID/NAME beside upper/ in the new layer, where a restore
+ * finds them.  Any other forkbox-record.* name is refused. */
+static int place_records(const char *tmp, const char *layer_root, fb_error_t *err)
+{
+    char p[PATH_MAX];
+    if (fb_snprintf(p, sizeof p, "%s/criu", tmp) < 0)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "criu path");
+    cleanup_close int src = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (src < 0)
+        return errno == ENOENT ? 0 : fb_error_sys(err, "open %s", p);
+    cleanup_close int root = open(layer_root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return fb_error_sys(err, "open %s", layer_root);
+    cleanup_dir DIR *d = fdopendir(dup(src));
+    if (d == NULL)
+        return fb_error_sys(err, "list %s", p);
+    cleanup_close int procs = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        size_t pl = strlen(FB_RECORD_PREFIX);
+        if (strncmp(n, FB_RECORD_PREFIX, pl) != 0)
+            continue;
+        const char *pid = n + pl;
+        size_t digits = strspn(pid, "0123456789");
+        const char *leaf = pid + digits + 1;
+        if (digits == 0 || digits > 10 || pid[digits] != '.' ||
+            (strcmp(leaf, "meta.json") != 0 && strcmp(leaf, "out") != 0 && strcmp(leaf, "idx") != 0 &&
+             strcmp(leaf, "status") != 0))
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "export member criu/%.96s: not a record name", n);
+        char dir[16];
+        snprintf(dir, sizeof dir, "%.*s", (int)digits, pid);
+        if (procs < 0) {
+            if (mkdirat(root, "procs", 0700) < 0 && errno != EEXIST)
+                return fb_error_sys(err, "create procs in the imported layer");
+            procs = openat(root, "procs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (procs < 0)
+                return fb_error_sys(err, "open procs in the imported layer");
+        }
+        if (mkdirat(procs, dir, 0700) < 0 && errno != EEXIST)
+            return fb_error_sys(err, "create record %s", dir);
+        cleanup_close int rd = openat(procs, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        cleanup_close int in = openat(src, n, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        cleanup_close int out =
+            rd < 0 ? -1 : openat(rd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (in < 0 || out < 0)
+            return fb_error_sys(err, "restore record %s/%s", dir, leaf);
+        if (fb_copy_sparse(in, out, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Builds the layer from LAYER_PART: an ext4 image of the manifest's size
  * when this host's sandboxes have images, else a directory tree. */
 static int build_layer(struct fb_core *core, const struct fb_ckpt_manifest *m, const char *tmp,
@@ -258,9 +316,10 @@ static int build_layer(struct fb_core *core, const struct fb_ckpt_manifest *m, c
     if (!core->disk_limits) {
         if (fb_snprintf(layer, sizeof layer, "%s/layer", tmp) < 0 || mkdir(layer, 0700) < 0)
             return fb_error_sys(err, "create the layer dir");
-        if (make_layer_dirs(layer, upper, sizeof upper, err) < 0)
+        if (make_layer_dirs(layer, upper, sizeof upper, err) < 0 ||
+            fb_layer_tar_extract(part, upper, FB_IMPORT_UID_BASE, err) < 0)
             return -1;
-        return fb_layer_tar_extract(part, upper, FB_IMPORT_UID_BASE, err);
+        return place_records(tmp, layer, err);
     }
     char img[PATH_MAX], mnt[PATH_MAX];
     uint64_t bytes = m->disk_bytes > 0 ? (uint64_t)m->disk_bytes : (uint64_t)FB_SPEC_DEFAULT_DISK_MB << 20;
@@ -279,6 +338,8 @@ static int build_layer(struct fb_core *core, const struct fb_ckpt_manifest *m, c
     rc = make_layer_dirs(mnt, upper, sizeof upper, err);
     if (rc == 0)
         rc = fb_layer_tar_extract(part, upper, FB_IMPORT_UID_BASE, err);
+    if (rc == 0)
+        rc = place_records(tmp, mnt, err);
     if (rc == 0) {
         cleanup_close int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || syncfs(fd) < 0)

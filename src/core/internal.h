@@ -153,12 +153,16 @@ void fb_gate_open(struct fb_core *core, const char *id);
 void fb_gate_free(struct fb_core *core);
 
 /* ---- memory (memory.c) ---- */
+#define FB_EXTERNALS_FILE "forkbox-externals.json"
+/* criu/forkbox-record.PID.NAME: a keeper's record file (NAME: meta.json,
+ * out, idx, status) as it was at the dump, for exports */
+#define FB_RECORD_PREFIX "forkbox-record."
 struct fb_memstate_ext;
 /* Closes row's gate and waits until no request is being served inside
  * (409 after FB_GATE_WAIT_MS); the caller reopens it with fb_gate_open. */
 int fb_memory_quiesce(struct fb_core *core, const struct fb_sandbox_row *row, fb_error_t *err);
 /* Dumps row's processes into dir/criu (made here) and writes
- * dir/externals.json; with leave_running the sandbox goes on unchanged,
+ * dir/criu/forkbox-externals.json; with leave_running the sandbox goes on unchanged,
  * else its processes end.  The caller holds pause_lock. */
 int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const char *dir,
                    bool leave_running, fb_error_t *err);
@@ -170,7 +174,8 @@ int fb_memory_restore(struct fb_core *core, struct fb_sandbox_row *row, const ch
 /* Brings a hibernated row back and stores it running; under pause_lock. */
 int fb_memory_resume_locked(struct fb_core *core, struct fb_sandbox_row *row, fb_error_t *err);
 int fb_memory_ext_write(const char *dir, const struct fb_memstate_ext *ext, size_t n, fb_error_t *err);
-/* Reads dir/externals.json (hostile input: every entry is checked). */
+/* Reads dir/criu/forkbox-externals.json (hostile input: every entry is
+ * checked). */
 int fb_memory_ext_read(const char *dir, struct fb_memstate_ext *ext, size_t *n, fb_error_t *err);
 
 /* ---- checkpoints (checkpoint.c) ----

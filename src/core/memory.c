@@ -2,9 +2,11 @@
  * and bringing them back (hibernate and resume; memory checkpoints and
  * rollback to them, in checkpoint.c; fork, in fork.c).
  *
- * Images of a dump sit in a directory `criu/` with `externals.json`
- * beside it: the host resources CRIU was told were outside the sandbox
- * (runtime/memstate.h), which a restore recreates for the new sandbox. */
+ * Images of a dump sit in a directory `criu/`, with forkbox-externals.json
+ * among them: the host resources CRIU was told were outside the sandbox
+ * (runtime/memstate.h), which a restore recreates for the new sandbox.
+ * It travels with the images (an exported checkpoint carries criu/
+ * verbatim) and CRIU ignores it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "../common/util.h"
 #include "../runtime/cgroup.h"
 #include "../runtime/container.h"
+#include "../runtime/copy.h"
 #include "../runtime/disk.h"
 #include "../runtime/memstate.h"
 #include "core.h"
@@ -45,7 +48,7 @@ int fb_memory_ext_write(const char *dir, const struct fb_memstate_ext *ext, size
                                              (json_int_t)ext[i].pos));
     cleanup_json json_t *o = json_pack("{s:i, s:O}", "version", 1, "externals", arr);
     char path[PATH_MAX];
-    if (fb_snprintf(path, sizeof path, "%s/externals.json", dir) < 0)
+    if (fb_snprintf(path, sizeof path, "%s/criu/" FB_EXTERNALS_FILE, dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "externals path");
     cleanup_free char *text = json_dumps(o, JSON_INDENT(1));
     if (text == NULL)
@@ -60,11 +63,15 @@ int fb_memory_ext_read(const char *dir, struct fb_memstate_ext *ext, size_t *n, 
 {
     *n = 0;
     char path[PATH_MAX];
-    if (fb_snprintf(path, sizeof path, "%s/externals.json", dir) < 0)
+    if (fb_snprintf(path, sizeof path, "%s/criu/" FB_EXTERNALS_FILE, dir) < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "externals path");
     cleanup_free char *text = NULL;
     size_t len = 0;
     int r = fb_read_file(path, EXT_FILE_MAX, &text, &len);
+    if (r == -ENOENT)
+        return fb_error_set(err, FB_ERR_CONFLICT, ENOENT,
+                            "the checkpoint's memory images hold no " FB_EXTERNALS_FILE
+                            " (not made by forkbox?): it cannot be restored with its processes");
     if (r < 0)
         return fb_error_set(err, FB_ERR_INTERNAL, -r, "read %s", path);
     cleanup_json json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
@@ -98,6 +105,55 @@ int fb_memory_ext_read(const char *dir, struct fb_memstate_ext *ext, size_t *n, 
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: entry %zu has an invalid key", path, i);
     }
     *n = json_array_size(arr);
+    return 0;
+}
+
+/* One record file of a keeper, copied beside the images as
+ * forkbox-record.PID.NAME.  The layer copy holds them too; these travel
+ * with an exported checkpoint, whose layer carries only the sandbox's own
+ * files (import puts them back into the new layer). */
+static int copy_record(int from_dir, const char *pid, const char *name, int to_dir, fb_error_t *err)
+{
+    char leaf[96];
+    snprintf(leaf, sizeof leaf, FB_RECORD_PREFIX "%s.%s", pid, name);
+    cleanup_close int in = openat(from_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (in < 0)
+        return errno == ENOENT ? 0 : fb_error_sys(err, "open record %s/%s", pid, name);
+    cleanup_close int out = openat(to_dir, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out < 0)
+        return fb_error_set(err, errno == ENOSPC ? FB_ERR_TOO_LARGE : FB_ERR_INTERNAL, errno, "create %s",
+                            leaf);
+    return fb_copy_sparse(in, out, err);
+}
+
+static int copy_records(const char *sandbox_dir, const char *images, const struct fb_memstate_ext *ext,
+                        size_t n, fb_error_t *err)
+{
+    cleanup_close int to = open(images, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (to < 0)
+        return fb_error_sys(err, "open %s", images);
+    for (size_t i = 0; i < n; i++) {
+        /* one pass per record dir, at its "out" */
+        const char *rel = ext[i].rel;
+        size_t len = strlen(rel);
+        if (ext[i].kind != FB_EXT_FILE || len < 4 || strcmp(rel + len - 4, "/out") != 0)
+            continue;
+        char dir[PATH_MAX], pid[16];
+        const char *p = rel + strlen("layer/procs/");
+        size_t plen = strcspn(p, "/");
+        if (plen == 0 || plen >= sizeof pid ||
+            fb_snprintf(dir, sizeof dir, "%s/%.*s", sandbox_dir, (int)(len - 4), rel) < 0)
+            continue;
+        memcpy(pid, p, plen);
+        pid[plen] = '\0';
+        cleanup_close int from = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (from < 0)
+            return fb_error_sys(err, "open %s", dir);
+        static const char *const names[] = {"meta.json", "out", "idx", "status"};
+        for (size_t k = 0; k < 4; k++)
+            if (copy_record(from, pid, names[k], to, err) < 0)
+                return -1;
+    }
     return 0;
 }
 
@@ -174,7 +230,9 @@ int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const
     }
     fb_debug("sandbox %s: criu dump took %lld us (%zu externals)", row->id, (long long)(fb_mono_us() - t0),
              n);
-    return fb_memory_ext_write(dir, ext, n, err);
+    if (fb_memory_ext_write(dir, ext, n, err) < 0 || copy_records(paths.sandbox_dir, images, ext, n, err) < 0)
+        return -1;
+    return 0;
 }
 
 int fb_memory_restore(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,

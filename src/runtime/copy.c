@@ -50,6 +50,19 @@ int fb_copy_sparse(int src_fd, int dst_fd, fb_error_t *err)
             ssize_t n = copy_file_range(src_fd, &in, dst_fd, &out, (size_t)(hole - in), 0);
             if (n < 0 && errno == EINTR)
                 continue;
+            if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == EINVAL)) {
+                /* between filesystems that cannot copy to each other in
+                 * the kernel (ext4 to btrfs): by hand */
+                char buf[65536];
+                size_t want = (size_t)(hole - in) < sizeof buf ? (size_t)(hole - in) : sizeof buf;
+                n = pread(src_fd, buf, want, in);
+                if (n > 0 && pwrite(dst_fd, buf, (size_t)n, out) != n)
+                    return copy_errno(err, "copy data");
+                if (n > 0) {
+                    in += n;
+                    out += n;
+                }
+            }
             if (n < 0)
                 return copy_errno(err, "copy data");
             if (n == 0)
