@@ -1,6 +1,8 @@
 /* forkboxd: the forkbox daemon. */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +24,18 @@
 extern char **environ;
 
 static volatile sig_atomic_t stop_requested;
+/* the signal may land on any of the daemon's threads, not the one asleep
+ * in the main loop: the handler wakes it through this pipe */
+static int stop_pipe[2] = {-1, -1};
 
 static void on_stop(int sig)
 {
     (void)sig;
     stop_requested = 1;
+    int e = errno;
+    if (stop_pipe[1] >= 0)
+        (void)!write(stop_pipe[1], "s", 1);
+    errno = e;
 }
 
 /* forkbox-init ships beside forkboxd: in the build tree, or installed. */
@@ -132,6 +141,10 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
+    if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+        fprintf(stderr, "forkboxd: pipe: %s\n", strerror(errno));
+        return 1;
+    }
     struct sigaction sa = {.sa_handler = on_stop};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -179,8 +192,10 @@ int main(int argc, char **argv)
     fb_info("forkboxd %s listening on %s%s%s:%u (state %s)", FORKBOX_VERSION, cfg.socket_path,
             cfg.tcp_enabled ? " and http://" : "", cfg.tcp_enabled ? cfg.listen_host : "",
             cfg.tcp_enabled ? cfg.listen_port : 0, cfg.state_dir);
-    while (!stop_requested)
-        pause();
+    while (!stop_requested) {
+        struct pollfd p = {.fd = stop_pipe[0], .events = POLLIN};
+        poll(&p, 1, 1000);
+    }
     fb_api_stop(&api);
     int rc = 0;
     if (cfg.stop_sandboxes) {
