@@ -162,5 +162,10 @@ int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_rollback(struct fb_cli *cli, int argc, char **argv);
+/* Processes: fork, pause, hibernate, resume (commands_state.c) */
+int fb_cmd_fork(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_pause(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_hibernate(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_resume(struct fb_cli *cli, int argc, char **argv);
 
 #endif
