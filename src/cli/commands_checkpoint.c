@@ -135,7 +135,7 @@ int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv)
         fb_print_json(list);
         return FB_EXIT_OK;
     }
-    static const char *const head[] = {"ID", "NAME", "MEMORY", "PARENT", "SIZE", "CREATED"};
+    static const char *const head[] = {"ID", "NAME", "PARENT", "MEMORY", "SIZE", "CREATED"};
     cleanup_table struct fb_table t = {0};
     if (fb_table_init(&t, 6, head) < 0)
         return FB_EXIT_FAIL;
@@ -151,8 +151,8 @@ int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv)
         const char *memory = json_is_true(json_object_get(ck, "memory")) ? "yes" : "no";
         const char *row[] = {json_string_value(json_object_get(ck, "id")),
                              name ? name : "-",
-                             memory,
                              parent ? parent : "-",
+                             memory,
                              size,
                              created};
         if (fb_table_add(&t, row) < 0)
