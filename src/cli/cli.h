@@ -166,5 +166,10 @@ int fb_cmd_rollback(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoint_export(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoint_import(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_export(struct fb_cli *cli, int argc, char **argv);
+/* Processes: fork, pause, hibernate, resume (commands_state.c) */
+int fb_cmd_fork(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_pause(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_hibernate(struct fb_cli *cli, int argc, char **argv);
+int fb_cmd_resume(struct fb_cli *cli, int argc, char **argv);
 
 #endif

@@ -1,4 +1,5 @@
-/* forkbox checkpoint, checkpoints, rollback: files-only checkpoints. */
+/* forkbox checkpoint, checkpoints, rollback: checkpoints of a sandbox's files
+ * and, with --memory, of its running processes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,23 +11,26 @@
 #include "common/cleanup.h"
 #include "common/json_util.h"
 
-enum { OPT_NAME = 0x2100 };
+enum { OPT_NAME = 0x2100, OPT_MEMORY };
 
 static const struct option checkpoint_longopts[] = {
     {"name", required_argument, NULL, OPT_NAME},
+    {"memory", no_argument, NULL, OPT_MEMORY},
     {NULL, 0, NULL, 0},
 };
 
 static const struct fb_command checkpoint_cmd = {
     .name = "checkpoint",
-    .usage = "Usage: forkbox checkpoint ID [--name NAME]\n"
+    .usage = "Usage: forkbox checkpoint ID [--name NAME] [--memory]\n"
              "       forkbox checkpoint rm CKPT...\n"
              "       forkbox checkpoint export CKPT [-o FILE]\n"
              "       forkbox checkpoint import FILE\n"
              "Checkpoints the files of sandbox ID and prints the checkpoint's id (the whole\n"
              "object with --json); `rm` deletes checkpoints; `export` writes one as a tar,\n"
              "`import` makes a new one from such a tar (see their --help).\n\n"
-             "      --name NAME   a name to remember it by\n",
+             "      --name NAME   a name to remember it by\n"
+             "      --memory      also its running processes and their memory (the sandbox\n"
+             "                    must be running; needs CRIU on the host)\n",
     .longopts = checkpoint_longopts,
 };
 
@@ -72,6 +76,7 @@ int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv)
     cleanup_json json_t *body = json_object();
     if (body == NULL)
         return FB_EXIT_FAIL;
+    bool memory = false;
     struct fb_args a;
     fb_args_init(&a, cli, &checkpoint_cmd, argc, argv);
     int c;
@@ -80,11 +85,15 @@ int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv)
             return a.exit_code;
         if (c == OPT_NAME && json_object_set_new(body, "name", json_string(optarg)) < 0)
             return fb_usage_error(&checkpoint_cmd, "--name: not valid UTF-8");
+        if (c == OPT_MEMORY)
+            memory = true;
     }
     if (optind < argc && strcmp(argv[optind], "rm") == 0)
         return checkpoint_rm(cli, argc - optind - 1, argv + optind + 1);
     if (argc - optind != 1)
         return fb_usage_error(&checkpoint_cmd, "expected one sandbox id");
+    if (json_object_set_new(body, "memory", json_boolean(memory)) < 0)
+        return FB_EXIT_FAIL;
     const char *id = argv[optind];
     if (!fb_valid_name(id))
         return fb_usage_error(&checkpoint_cmd, "invalid sandbox id '%s'", id);
@@ -134,9 +143,9 @@ int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv)
         fb_print_json(list);
         return FB_EXIT_OK;
     }
-    static const char *const head[] = {"ID", "NAME", "PARENT", "SIZE", "CREATED"};
+    static const char *const head[] = {"ID", "NAME", "PARENT", "MEMORY", "SIZE", "CREATED"};
     cleanup_table struct fb_table t = {0};
-    if (fb_table_init(&t, 5, head) < 0)
+    if (fb_table_init(&t, 6, head) < 0)
         return FB_EXIT_FAIL;
     size_t i;
     json_t *ck;
@@ -147,8 +156,13 @@ int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv)
         fb_format_bytes((uint64_t)json_integer_value(json_object_get(ck, "size_bytes")), size, sizeof size);
         const char *name = json_string_value(json_object_get(ck, "name"));
         const char *parent = json_string_value(json_object_get(ck, "parent"));
-        const char *row[] = {json_string_value(json_object_get(ck, "id")), name ? name : "-",
-                             parent ? parent : "-", size, created};
+        const char *memory = json_is_true(json_object_get(ck, "memory")) ? "yes" : "no";
+        const char *row[] = {json_string_value(json_object_get(ck, "id")),
+                             name ? name : "-",
+                             parent ? parent : "-",
+                             memory,
+                             size,
+                             created};
         if (fb_table_add(&t, row) < 0)
             return FB_EXIT_FAIL;
     }
@@ -160,7 +174,8 @@ static const struct fb_command rollback_cmd = {
     .name = "rollback",
     .usage = "Usage: forkbox rollback ID CKPT\n"
              "Ends every process of sandbox ID and gives it exactly the files of checkpoint\n"
-             "CKPT; the sandbox runs again with the same id.\n",
+             "CKPT; the sandbox runs again with the same id.  For a memory checkpoint\n"
+             "(`forkbox checkpoint --memory`) its processes come back too, as they were.\n",
 };
 
 int fb_cmd_rollback(struct fb_cli *cli, int argc, char **argv)

@@ -53,11 +53,16 @@ static const char main_usage[] =
     "Files:\n"
     "  cp            copy files between the host and a sandbox\n"
     "  files         ls, cat, put, rm files inside a sandbox\n"
-    "Checkpoints (files):\n"
-    "  checkpoint    checkpoint a sandbox's files and print the id; checkpoint rm CKPT...;\n"
-    "                checkpoint export CKPT / import FILE: a checkpoint as a tar, to move it\n"
+    "Checkpoints and processes:\n"
+    "  checkpoint    checkpoint a sandbox's files (--memory: and processes) and print the id;\n"
+    "                checkpoint rm CKPT...; checkpoint export CKPT / import FILE: a checkpoint\n"
+    "                as a tar, to move it\n"
     "  checkpoints   list a sandbox's checkpoints\n"
-    "  rollback      give a sandbox the files of one of its checkpoints\n"
+    "  rollback      give a sandbox the files (and processes) of one of its checkpoints\n"
+    "  fork          make N copies of a running sandbox, processes included; print their ids\n"
+    "  pause         freeze a sandbox's processes\n"
+    "  hibernate     write a sandbox's processes and memory to disk and end them\n"
+    "  resume        thaw a paused sandbox or bring back a hibernated one\n"
     "  export        write an image archive of a sandbox (podman load / docker load)\n"
     "Templates and daemon:\n"
     "  template      ls, import, rm root filesystem templates\n"
@@ -241,6 +246,10 @@ static const struct {
     {"checkpoints", fb_cmd_checkpoints},
     {"rollback", fb_cmd_rollback},
     {"export", fb_cmd_export},
+    {"fork", fb_cmd_fork},
+    {"pause", fb_cmd_pause},
+    {"hibernate", fb_cmd_hibernate},
+    {"resume", fb_cmd_resume},
     {"template", fb_cmd_template},
     {"templates", fb_cmd_template},
     {"info", fb_cmd_info},

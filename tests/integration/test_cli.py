@@ -29,6 +29,7 @@ COMMANDS = [
     ["files"], ["files", "ls"], ["files", "cat"], ["files", "put"], ["files", "rm"],
     ["template"], ["template", "ls"], ["template", "import"], ["template", "rm"],
     ["info"], ["version"], ["port"], ["network"], ["spawn"], ["ps"], ["logs"], ["kill"],
+    ["checkpoint"], ["checkpoints"], ["rollback"], ["fork"], ["pause"], ["hibernate"], ["resume"],
 ]
 
 
@@ -150,6 +151,8 @@ def test_wrong_or_missing_key(cli_env, tmp):
     ["files", "ls", "sbx_0000000000000000", "/root"],
     ["files", "cat", "sbx_0000000000000000", "/etc/passwd"],
     ["cp", "sbx_0000000000000000:/etc/passwd", "/tmp/forkbox-it-never"],
+    ["pause", "sbx_0000000000000000"],
+    ["resume", "sbx_0000000000000000"],
 ])
 def test_unknown_sandbox(cli_env, args):
     p = fb(cli_env, *args)
