@@ -221,6 +221,12 @@ class Podman:
             raise SystemExit(f"podman image {self.image} is missing (run bench/setup-peers.sh)")
         self.image_rootfs = out.decode().strip() or None
 
+    def check_rootfs(self, template):
+        want = os.path.realpath(os.path.join(template, "rootfs"))
+        if self.image_rootfs != want:
+            print(f"warning: podman image {self.image} was imported from {self.image_rootfs}, not {want} "
+                  f"(bench/setup-peers.sh --rootfs {want})", file=sys.stderr)
+
     def start_heap(self, name):
         self.remove(name)
         self.containers.add(name)

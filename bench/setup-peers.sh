@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
         --image) [ $# -ge 2 ] || die "--image needs a name"; IMAGE=$2; shift 2 ;;
         --image=*) IMAGE=${1#--image=}; shift ;;
         --reimport) REIMPORT=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
