@@ -1,8 +1,10 @@
 # forkbox — the two commands a new machine needs: `make run` and `make test`.
 BUILD ?= build
 SAN_BUILD ?= build-asan
+# the template bench-fork and bench-memory copy into their daemons (and podman imports)
+BENCH_TEMPLATE ?= /var/lib/forkbox-test/templates/default
 
-.PHONY: run test test-unit test-sanitize build build-sanitize deps install bench bench-exec format format-check clean
+.PHONY: run test test-unit test-sanitize build build-sanitize deps install bench bench-exec bench-fork bench-memory format format-check clean
 
 run: ## install what is missing, build, start forkboxd and print how to use it
 	./scripts/install-deps.sh run
@@ -48,6 +50,18 @@ bench-exec: ## exec round trip in a warm sandbox (`true`), side by side with pod
 	./scripts/build.sh $(BUILD)
 	./bench/setup-peers.sh
 	./bench/exec
+
+bench-fork: ## fork of a sandbox holding a 100 MB Python heap, side by side with podman checkpoint/restore and a replay
+	./scripts/install-deps.sh bench
+	./scripts/build.sh $(BUILD)
+	./bench/setup-peers.sh --rootfs $(BENCH_TEMPLATE)/rootfs
+	flock /tmp/forkbox-it.lock ./bench/fork --build-dir $(BUILD) --template $(BENCH_TEMPLATE)
+
+bench-memory: ## memory checkpoint and rollback of that sandbox, side by side with podman checkpoint/restore
+	./scripts/install-deps.sh bench
+	./scripts/build.sh $(BUILD)
+	./bench/setup-peers.sh --rootfs $(BENCH_TEMPLATE)/rootfs
+	flock /tmp/forkbox-it.lock ./bench/memory-checkpoint --build-dir $(BUILD) --template $(BENCH_TEMPLATE)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Prepares the peer systems that bench/ttfc compares forkbox with: podman (with
 # runc) and bubblewrap, plus a podman image made from the same root filesystem
-# that forkbox's default template uses.
+# that forkbox's default template uses. For bench/fork and bench/memory-checkpoint
+# it also puts a `criu` on PATH for runc (`podman container checkpoint/restore`):
+# a wrapper that runs forkbox's CRIU build with CRIU_FAULT=130.
 #
 # Run as root. Idempotent: every step checks first and does nothing when its
 # result is already in place, so a second run takes well under a second.
@@ -17,6 +19,8 @@ FORKBOX_ROOTFS=/var/lib/forkbox/templates/default/rootfs
 DEV_ROOTFS=/var/tmp/fbdev/rootfs
 IMAGE=localhost/forkbox-bench:latest
 CONF=/etc/containers/containers.conf
+FORKBOX_CRIU=/usr/local/lib/forkbox/criu/criu
+CRIU_WRAPPER=/usr/local/sbin/criu
 ROOTFS=""
 REIMPORT=0
 old_id=""
@@ -31,7 +35,7 @@ while [ $# -gt 0 ]; do
         --image) [ $# -ge 2 ] || die "--image needs a name"; IMAGE=$2; shift 2 ;;
         --image=*) IMAGE=${1#--image=}; shift ;;
         --reimport) REIMPORT=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
@@ -83,7 +87,31 @@ else
     say "appended a [containers] table to $CONF"
 fi
 
-# 3. The podman image, imported from the same rootfs forkbox uses.
+# 3. CRIU for podman's checkpoint/restore. runc runs the first `criu` on PATH;
+# Debian 12's own (3.17) cannot dump on current kernels, and on the virtual
+# machines forkbox is developed on a dump hangs unless CRIU's hardware
+# breakpoints are off (CRIU_FAULT=130, as forkboxd runs it). A small wrapper in
+# /usr/local/sbin (ahead of /usr/sbin on PATH) runs forkbox's build that way.
+# forkboxd itself runs $FORKBOX_CRIU directly and never looks at this wrapper.
+WRAPPER_BODY="#!/bin/sh
+# written by forkbox's bench/setup-peers.sh: CRIU for runc (podman checkpoint/restore)
+CRIU_FAULT=130 exec $FORKBOX_CRIU \"\$@\""
+if [ ! -x "$FORKBOX_CRIU" ]; then
+    say "note: $FORKBOX_CRIU is missing (scripts/install-criu.sh); podman checkpoint/restore will not work"
+elif [ -e "$CRIU_WRAPPER" ] && [ "$(cat "$CRIU_WRAPPER")" = "$WRAPPER_BODY" ]; then
+    say "CRIU wrapper $CRIU_WRAPPER present"
+elif [ -e "$CRIU_WRAPPER" ] && ! grep -q "bench/setup-peers.sh" "$CRIU_WRAPPER"; then
+    say "note: $CRIU_WRAPPER exists and was not written here; left alone"
+else
+    mkdir -p "$(dirname "$CRIU_WRAPPER")"
+    tmp=$(mktemp "$CRIU_WRAPPER.XXXXXX")
+    printf '%s\n' "$WRAPPER_BODY" >"$tmp"
+    chmod 0755 "$tmp"
+    mv "$tmp" "$CRIU_WRAPPER"
+    say "wrote $CRIU_WRAPPER (runs $FORKBOX_CRIU with CRIU_FAULT=130)"
+fi
+
+# 4. The podman image, imported from the same rootfs forkbox uses.
 if [ -z "$ROOTFS" ]; then
     if [ -d "$FORKBOX_ROOTFS" ]; then
         ROOTFS=$FORKBOX_ROOTFS
