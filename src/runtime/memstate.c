@@ -258,6 +258,15 @@ static int scan_fds(const struct fb_container_config *c, pid_t pid, const struct
     return 0;
 }
 
+/* The host device nodes a sandbox's /dev binds in (and /proc's masks,
+ * binds of /dev/null): the only mounts from outside the sandbox.  A dump
+ * names each by a fixed key and a restore binds exactly these host paths
+ * for those keys, so no image, however made, can have a restore bind any
+ * other host path into a sandbox. */
+static const char *const host_devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
+#define N_HOST_DEVS (sizeof host_devs / sizeof host_devs[0])
+#define DEV_KEY_PREFIX "forkbox-dev-"
+
 /* Appends "--external", "type[...]" pairs etc.: the strings live in store. */
 struct argbuf {
     const char *argv[FB_CRIU_MAX_ARGS];
@@ -295,6 +304,40 @@ static const char *log_level(void)
 {
     const char *d = getenv("FORKBOX_CRIU_DEBUG");
     return d != NULL && strcmp(d, "1") == 0 ? "-v4" : "-v2";
+}
+
+/* --external mnt[MOUNTPOINT]:KEY for each bind of a host device node in
+ * the sandbox's mount namespace (the fs root of such a mount is /NAME). */
+static int dev_externals(pid_t init_pid, struct argbuf *a, fb_error_t *err)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/mountinfo", (int)init_pid);
+    cleanup_fclose FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return fb_error_sys(err, "open %s", path);
+    char line[4096];
+    while (fgets(line, sizeof line, f) != NULL) {
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - FSTYPE SOURCE OPTS */
+        char root[256], mnt[1024];
+        if (sscanf(line, "%*s %*s %*s %255s %1023s", root, mnt) != 2)
+            continue;
+        const char *sep = strstr(line, " - ");
+        char fstype[64] = "";
+        if (sep == NULL || sscanf(sep + 3, "%63s", fstype) != 1 || strcmp(fstype, "devtmpfs") != 0)
+            continue;
+        size_t i = 0;
+        while (i < N_HOST_DEVS && !(root[0] == '/' && strcmp(root + 1, host_devs[i]) == 0))
+            i++;
+        if (i == N_HOST_DEVS)
+            return fb_error_set(err, FB_ERR_UNSUPPORTED, 0,
+                                "the sandbox has a host device mount the checkpoint cannot name (%s at %s)",
+                                root, mnt);
+        if (strchr(mnt, '\\') != NULL) /* mountinfo escapes odd characters: not ours */
+            return fb_error_set(err, FB_ERR_UNSUPPORTED, 0, "unexpected mount point %s", mnt);
+        if (arg(a, "--external") | argf(a, "mnt[%s]:" DEV_KEY_PREFIX "%s", mnt, host_devs[i]))
+            return fb_error_set(err, FB_ERR_INTERNAL, E2BIG, "criu arguments");
+    }
+    return 0;
 }
 
 /* Runs criu; a failure carries the first error lines of log. */
@@ -340,10 +383,11 @@ int fb_memstate_dump(const struct fb_memstate_dump *d, struct fb_memstate_ext *e
     int bad = arg(a, "dump") | arg(a, "-t") | argf(a, "%d", (int)d->init_pid) | arg(a, "-D") |
               arg(a, d->images) | arg(a, "-o") | arg(a, "dump.log") | arg(a, log_level()) |
               arg(a, "--file-locks") | arg(a, "--network-lock") | arg(a, "skip") | arg(a, "--empty-ns") |
-              arg(a, "net") | arg(a, "--external") | arg(a, "mnt[]") | arg(a, "--freeze-cgroup") |
-              arg(a, freezer);
+              arg(a, "net") | arg(a, "--freeze-cgroup") | arg(a, freezer);
     if (d->leave_running)
         bad |= arg(a, "--leave-running");
+    if (bad == 0 && dev_externals(d->init_pid, a, err) < 0)
+        return -1;
     for (size_t i = 0; i < *n; i++)
         if (ext[i].kind == FB_EXT_FILE)
             bad |= arg(a, "--external") | arg(a, ext[i].key);
@@ -682,8 +726,10 @@ static int restore_run(const struct fb_memstate_restore *r, const char *images, 
         int bad = arg(a, "restore") | arg(a, "-D") | arg(a, images) | arg(a, "-o") | arg(a, "restore.log") |
                   arg(a, log_level()) | arg(a, "--empty-ns") | arg(a, "net") | arg(a, "-d") |
                   arg(a, "--pidfile") | arg(a, pidfile) | arg(a, "--root") | arg(a, rootfs) |
-                  arg(a, "--file-locks") | arg(a, "--external") | arg(a, "mnt[]") |
-                  arg(a, "--manage-cgroups=ignore");
+                  arg(a, "--file-locks") | arg(a, "--manage-cgroups=ignore");
+        for (size_t i = 0; i < N_HOST_DEVS; i++)
+            bad |= arg(a, "--external") |
+                   argf(a, "mnt[" DEV_KEY_PREFIX "%s]:/dev/%s", host_devs[i], host_devs[i]);
         for (size_t i = 0; i < r->n_ext; i++)
             bad |= arg(a, "--inherit-fd") | argf(a, "fd[%d]:%s", FB_CRIU_FD_BASE + (int)i, r->ext[i].key);
         if (bad)
