@@ -9,16 +9,11 @@
 
 #define LABEL_SELECTORS_MAX 16
 
-static void spec_clearp(struct fb_create_spec *s)
-{
-    fb_create_spec_clear(s);
-}
-
 struct MHD_Response *fb_h_sandbox_create(struct fb_req *r, unsigned *status)
 {
     cleanup_error fb_error_t err = NULL;
     cleanup_json json_t *body = NULL;
-    __attribute__((cleanup(spec_clearp))) struct fb_create_spec spec = {0};
+    cleanup_spec struct fb_create_spec spec = {0};
     json_t *obj = NULL;
     if (fb_req_json(r, &body, &err) < 0 || fb_create_spec_parse(body, &spec, &err) < 0 ||
         fb_sandbox_create(r->api->core, r->tenant, &spec, &obj, &err) < 0)

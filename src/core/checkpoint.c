@@ -39,12 +39,6 @@ static void row_clearp(struct fb_sandbox_row *r)
 }
 #define cleanup_row __attribute__((cleanup(row_clearp)))
 
-static void spec_clearp(struct fb_create_spec *s)
-{
-    fb_create_spec_clear(s);
-}
-#define cleanup_spec __attribute__((cleanup(spec_clearp)))
-
 static json_t *ckpt_to_json(const struct fb_checkpoint_row *c)
 {
     char created[40];

@@ -25,12 +25,6 @@
 
 #define FORK_MAX 64
 
-static void spec_clearp(struct fb_create_spec *s)
-{
-    fb_create_spec_clear(s);
-}
-#define cleanup_spec __attribute__((cleanup(spec_clearp)))
-
 static int parse_count(json_t *body, int *count, fb_error_t *err)
 {
     *count = 1;

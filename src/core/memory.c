@@ -32,12 +32,6 @@
 #define RESTORE_TIMEOUT_MS 120000
 #define EXT_FILE_MAX (256 * 1024)
 
-static void spec_clearp(struct fb_create_spec *s)
-{
-    fb_create_spec_clear(s);
-}
-#define cleanup_spec __attribute__((cleanup(spec_clearp)))
-
 int fb_memory_ext_write(const char *dir, const struct fb_memstate_ext *ext, size_t n, fb_error_t *err)
 {
     cleanup_json json_t *arr = json_array();

@@ -45,13 +45,8 @@ static void row_clearp(struct fb_sandbox_row *r)
 {
     fb_sandbox_row_clear(r);
 }
-static void spec_clearp(struct fb_create_spec *s)
-{
-    fb_create_spec_clear(s);
-}
 #define cleanup_archive_wr __attribute__((cleanup(wr_freep)))
 #define cleanup_row __attribute__((cleanup(row_clearp)))
-#define cleanup_spec __attribute__((cleanup(spec_clearp)))
 
 /* What the cache was built from: the rootfs dir itself, a new one (new
  * inode, new ctime) whenever the template is built or imported again. */

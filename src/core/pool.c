@@ -32,11 +32,6 @@ static void row_clearp(struct fb_sandbox_row *r)
 }
 #define cleanup_row __attribute__((cleanup(row_clearp)))
 
-static void spec_clearp(struct fb_create_spec *s)
-{
-    fb_create_spec_clear(s);
-}
-
 /* A fresh overlay has cold lookup caches: one throwaway command (the
  * shell and the dynamic loader, as most commands use them) makes the
  * client's first command as fast as its later ones. */
@@ -66,7 +61,7 @@ static int fill_one(struct fb_core *core, char *id_out)
     char rootfs[PATH_MAX];
     if (fb_template_rootfs(core, POOL_TEMPLATE, rootfs, sizeof rootfs, &err) < 0)
         return -1; /* not built yet, or deleted: try again later */
-    __attribute__((cleanup(spec_clearp))) struct fb_create_spec spec = {0};
+    cleanup_spec struct fb_create_spec spec = {0};
     if (fb_create_spec_parse(NULL, &spec, &err) < 0)
         return -1;
     cleanup_row struct fb_sandbox_row row = {0};

@@ -71,6 +71,12 @@ int fb_create_spec_parse(json_t *body, struct fb_create_spec *out, fb_error_t *e
  * input. */
 int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], json_t **allow, fb_error_t *err);
 void fb_create_spec_clear(struct fb_create_spec *s);
+/* For cleanup_spec: a spec on the stack is cleared when it goes out of scope. */
+static inline void fb_create_spec_clearp(struct fb_create_spec *s)
+{
+    fb_create_spec_clear(s);
+}
+#define cleanup_spec __attribute__((cleanup(fb_create_spec_clearp)))
 
 /* The spec as stored and returned to clients (labels, env keys, workdir,
  * resources, network, ttl).  New reference owned by the caller. */
