@@ -375,3 +375,41 @@ def test_concurrent_checkpoints_execs_and_writes_are_serialised(make, client, ck
         assert lines == ["entry-%06d" % i for i in range(len(lines))], lines[-3:]
         counts.append(len(lines))
     assert counts == sorted(counts), counts
+
+
+def test_fork_64_children(make, client):
+    """The largest fork: 64 children, each running the parent's process with its memory."""
+    sid = make(resources={"memory_mb": 64})["id"]
+    token = os.urandom(8).hex()
+    # the secret lives in memory only; SIGUSR1 makes the process write it out
+    put_file(client, sid, "/root/hold.py",
+             "import os, signal, socket, time\nsecret = %r\n"
+             "def say(*a):\n    open('/root/said-' + socket.gethostname(), 'w').write(secret)\n"
+             "signal.signal(signal.SIGUSR1, say)\nopen('/root/ready', 'w').write('1')\n"
+             "while True:\n    time.sleep(3600)\n" % token)
+    p = start(client, sid, cmd=["python3", "/root/hold.py"])["pid"]
+    for _ in range(100):
+        if client.exec(sid, ["test", "-e", "/root/ready"])["exit_code"] == 0:
+            break
+        time.sleep(0.1)
+    sh(client, sid, "rm /root/hold.py")  # the children cannot read it from a file
+    r = client.post("/v1/sandboxes/%s/fork" % sid, {"count": 64}, timeout=600)
+    assert r.status == 201, r
+    kids = [k["id"] for k in r.json()["sandboxes"]]
+    try:
+        assert len(set(kids)) == 64
+        for k in kids:
+            procs = {x["pid"]: x["state"] for x in client.get("/v1/sandboxes/%s/processes" % k).json()["processes"]}
+            assert procs.get(p) == "running", (k, procs)
+        for k in (kids[0], kids[-1]):
+            r = client.post("/v1/sandboxes/%s/processes/%d/signal" % (k, p), {"signal": "USR1"})
+            assert r.status == 204, r
+            path = "/root/said-sbx-" + k[4:16]
+            for _ in range(100):
+                if client.exec(k, ["test", "-e", path])["exit_code"] == 0:
+                    break
+                time.sleep(0.1)
+            assert sh(client, k, "cat " + path) == token
+    finally:
+        for k in kids:
+            client.delete("/v1/sandboxes/" + k)
