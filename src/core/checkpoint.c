@@ -191,23 +191,23 @@ static int parse_body(json_t *body, const char **name, bool *memory, fb_error_t 
 }
 
 static int capture_locked(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
-                          bool image, bool memory, const char *tmp, fb_error_t *err);
+                          bool image, bool memory, bool records, const char *tmp, fb_error_t *err);
 
 /* Freezes (running) / syncs / copies / (dumps) / thaws; under pause_lock;
  * a memory capture first waits for requests being served to end. */
-static int capture(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
-                   bool image, bool memory, const char *tmp, fb_error_t *err)
+int fb_checkpoint_capture(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
+                          bool memory, bool records, const char *dst, fb_error_t *err)
 {
     if (memory && fb_memory_quiesce(core, row, err) < 0)
         return -1;
-    int rc = capture_locked(core, row, sandbox_dir, image, memory, tmp, err);
+    int rc = capture_locked(core, row, sandbox_dir, layer_is_image(sandbox_dir), memory, records, dst, err);
     if (memory)
         fb_gate_open(core, row->id);
     return rc;
 }
 
 static int capture_locked(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
-                          bool image, bool memory, const char *tmp, fb_error_t *err)
+                          bool image, bool memory, bool records, const char *tmp, fb_error_t *err)
 {
     bool froze = false;
     if (strcmp(row->state, "running") == 0 && fb_cgroup_can_freeze(&core->cgroups)) {
@@ -229,7 +229,7 @@ static int capture_locked(struct fb_core *core, const struct fb_sandbox_row *row
     /* the processes are dumped at the same frozen instant as the files; a
      * failed dump leaves the sandbox running as it was */
     if (rc == 0 && memory)
-        rc = fb_memory_dump(core, row, tmp, true, err);
+        rc = fb_memory_dump(core, row, tmp, true, records, err);
     if (froze) {
         cleanup_error fb_error_t terr = NULL;
         if (fb_cgroup_freeze(&core->cgroups, row->id, false, &terr) < 0)
@@ -301,7 +301,7 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
         rc = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s: a memory checkpoint needs it running",
                           id, row.state);
     if (rc == 0)
-        rc = capture(core, &row, paths.sandbox_dir, image, memory, tmp, err);
+        rc = fb_checkpoint_capture(core, &row, paths.sandbox_dir, memory, true, tmp, err);
     if (rc == 0) {
         int64_t used = fb_du(tmp);
         ck.size_bytes = used > 0 ? used : 0;

@@ -46,20 +46,6 @@ static int parse_count(json_t *body, int *count, fb_error_t *err)
     return 0;
 }
 
-/* Copies the frozen parent's layer into dst_dir, synced first. */
-static int stage_layer(struct fb_core *core, const char *sandbox_dir, const char *dst_dir, fb_error_t *err)
-{
-    char layer[PATH_MAX];
-    if (fb_snprintf(layer, sizeof layer, "%s/layer", sandbox_dir) < 0)
-        return fb_error_set(err, FB_ERR_INTERNAL, ENAMETOOLONG, "layer path");
-    if (core->disk_limits) {
-        cleanup_close int lfd = open(layer, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (lfd < 0 || syncfs(lfd) < 0)
-            return fb_error_sys(err, "sync the layer");
-    }
-    return fb_checkpoint_copy_layer(core, sandbox_dir, dst_dir, 0, 0, err);
-}
-
 /* Makes, fills and starts one child of parent from the staged capture. */
 static int fork_one(struct fb_core *core, const char *tenant, const struct fb_sandbox_row *parent,
                     const struct fb_create_spec *pspec, const char *rootfs, const char *stage,
@@ -209,25 +195,9 @@ int fb_sandbox_fork(struct fb_core *core, const char *tenant, const char *id, js
             rc = fb_checkpoint_check_space(core, paths.sandbox_dir, count + 1, (int64_t)u.memory_bytes, err);
         }
     }
-    bool gated = rc == 0 && fb_memory_quiesce(core, &row, err) == 0;
-    if (rc == 0 && !gated)
-        rc = -1;
-    bool froze = false;
-    if (rc == 0 && fb_cgroup_can_freeze(&core->cgroups)) {
-        rc = fb_cgroup_freeze(&core->cgroups, row.id, true, err);
-        froze = rc == 0;
-    }
+    /* the children restore from the layer copy's own records */
     if (rc == 0)
-        rc = stage_layer(core, paths.sandbox_dir, stage, err);
-    if (rc == 0)
-        rc = fb_memory_dump(core, &row, stage, true, err);
-    if (froze) {
-        cleanup_error fb_error_t terr = NULL;
-        if (fb_cgroup_freeze(&core->cgroups, row.id, false, &terr) < 0)
-            fb_warn("sandbox %s: thaw after fork: %s", row.id, terr->msg);
-    }
-    if (gated)
-        fb_gate_open(core, row.id);
+        rc = fb_checkpoint_capture(core, &row, paths.sandbox_dir, true, false, stage, err);
     pthread_mutex_unlock(&core->pause_lock);
     int64_t t_capture = fb_mono_us() - t0;
 

@@ -162,10 +162,11 @@ struct fb_memstate_ext;
  * (409 after FB_GATE_WAIT_MS); the caller reopens it with fb_gate_open. */
 int fb_memory_quiesce(struct fb_core *core, const struct fb_sandbox_row *row, fb_error_t *err);
 /* Dumps row's processes into dir/criu (made here) and writes
- * dir/criu/forkbox-externals.json; with leave_running the sandbox goes on unchanged,
- * else its processes end.  The caller holds pause_lock. */
+ * dir/criu/forkbox-externals.json (and with records, the keepers' record
+ * files beside the images, for exports); with leave_running the sandbox
+ * goes on unchanged, else its processes end.  The caller holds pause_lock. */
 int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const char *dir,
-                   bool leave_running, fb_error_t *err);
+                   bool leave_running, bool records, fb_error_t *err);
 /* Restores dir's images as row's sandbox (its layer already in place) and
  * attaches its network; row->init_pid is set.  On failure nothing of the
  * new processes is left. */
@@ -200,6 +201,12 @@ int fb_checkpoint_copy_layer(struct fb_core *core, const char *src_dir, const ch
  * layer in sandbox_dir plus `extra` bytes (and a margin). */
 int fb_checkpoint_check_space(struct fb_core *core, const char *sandbox_dir, int copies, int64_t extra,
                               fb_error_t *err);
+/* The files (and with memory, the processes: CRIU dump left running, after
+ * fb_memory_quiesce) of row at one frozen instant, into dst (layer.img or
+ * layer/, criu/).  With records the keepers' record files go beside the
+ * images.  Under pause_lock; a failed dump leaves the sandbox as it was. */
+int fb_checkpoint_capture(struct fb_core *core, const struct fb_sandbox_row *row, const char *sandbox_dir,
+                          bool memory, bool records, const char *dst, fb_error_t *err);
 /* How many more sandboxes the tenant may have. */
 size_t fb_core_quota_left(struct fb_core *core, const char *tenant);
 /* Removes checkpoint dirs no row knows of (interrupted copies). */

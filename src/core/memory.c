@@ -187,7 +187,7 @@ int fb_memory_quiesce(struct fb_core *core, const struct fb_sandbox_row *row, fb
 }
 
 int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const char *dir,
-                   bool leave_running, fb_error_t *err)
+                   bool leave_running, bool records, fb_error_t *err)
 {
     char criu[PATH_MAX], images[PATH_MAX];
     if (fb_core_criu_path(core, criu, sizeof criu, err) < 0)
@@ -224,7 +224,8 @@ int fb_memory_dump(struct fb_core *core, const struct fb_sandbox_row *row, const
     }
     fb_debug("sandbox %s: criu dump took %lld us (%zu externals)", row->id, (long long)(fb_mono_us() - t0),
              n);
-    if (fb_memory_ext_write(dir, ext, n, err) < 0 || copy_records(paths.sandbox_dir, images, ext, n, err) < 0)
+    if (fb_memory_ext_write(dir, ext, n, err) < 0 ||
+        (records && copy_records(paths.sandbox_dir, images, ext, n, err) < 0))
         return -1;
     return 0;
 }
@@ -315,7 +316,7 @@ int fb_sandbox_hibernate(struct fb_core *core, const char *tenant, const char *i
         bool gated = rc == 0 && fb_memory_quiesce(core, &row, err) == 0;
         if (rc == 0 && !gated)
             rc = -1;
-        if (rc == 0 && fb_memory_dump(core, &row, dir, false, err) < 0) {
+        if (rc == 0 && fb_memory_dump(core, &row, dir, false, false, err) < 0) {
             fb_rm_rf(dir);
             rc = -1;
         }
