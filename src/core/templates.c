@@ -72,8 +72,9 @@ int fb_core_templates_init(struct fb_core *core, fb_error_t *err)
     if (stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode)) {
         struct fb_template_row row;
         cleanup_error fb_error_t e = NULL;
-        if (fb_store_template_get(core->store, DEFAULT_TEMPLATE, &row, &e) < 0 &&
-            register_template(core, DEFAULT_TEMPLATE, "debootstrap", rootfs, err) < 0)
+        int got = fb_store_template_get(core->store, DEFAULT_TEMPLATE, &row, &e);
+        fb_template_row_clear(&row);
+        if (got < 0 && register_template(core, DEFAULT_TEMPLATE, "debootstrap", rootfs, err) < 0)
             return -1;
         core->default_state = FB_TPL_READY;
         return 0;
@@ -113,7 +114,9 @@ int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t
     }
     struct fb_template_row row;
     cleanup_error fb_error_t e = NULL;
-    if (fb_store_template_get(core->store, name, &row, &e) < 0)
+    int got = fb_store_template_get(core->store, name, &row, &e);
+    fb_template_row_clear(&row);
+    if (got < 0)
         return fb_error_set(err, FB_ERR_NOT_FOUND, 0, "template %s not found", name);
     char dir[PATH_MAX];
     if (template_dir(core, name, dir, sizeof dir) < 0 || fb_snprintf(out, outlen, "%s/rootfs", dir) < 0)
@@ -138,7 +141,7 @@ int fb_templates_list(struct fb_core *core, json_t **out, fb_error_t *err)
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, template_json(&rows[i]));
-    free(rows);
+    fb_template_rows_free(rows, n);
     pthread_mutex_lock(&core->lock);
     if (core->default_state == FB_TPL_BUILDING)
         json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "name", DEFAULT_TEMPLATE, "source",
@@ -155,8 +158,9 @@ int fb_template_import(struct fb_core *core, const char *name, const char *tar_p
         return -1;
     struct fb_template_row row;
     cleanup_error fb_error_t e = NULL;
-    if (fb_store_template_get(core->store, name, &row, &e) == 0 ||
-        (strcmp(name, DEFAULT_TEMPLATE) == 0 && core->default_state == FB_TPL_BUILDING))
+    int got = fb_store_template_get(core->store, name, &row, &e);
+    fb_template_row_clear(&row);
+    if (got == 0 || (strcmp(name, DEFAULT_TEMPLATE) == 0 && core->default_state == FB_TPL_BUILDING))
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "template %s already exists", name);
     char dir[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX];
     if (template_dir(core, name, dir, sizeof dir) < 0 ||
@@ -176,7 +180,7 @@ int fb_template_import(struct fb_core *core, const char *name, const char *tar_p
         fb_rm_rf(dir);
         return fb_error_sys(err, "rename %s", tmp);
     }
-    if (register_template(core, name, "import", rootfs, err) < 0) {
+    if (register_template(core, name, "rootfs", rootfs, err) < 0) {
         fb_rm_rf(dir);
         return -1;
     }
@@ -184,6 +188,7 @@ int fb_template_import(struct fb_core *core, const char *name, const char *tar_p
         return -1;
     fb_info("template %s imported (%lld bytes)", name, (long long)row.size_bytes);
     *out = template_json(&row);
+    fb_template_row_clear(&row);
     return 0;
 }
 
@@ -194,6 +199,7 @@ int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err)
     struct fb_template_row row;
     if (fb_store_template_get(core->store, name, &row, err) < 0)
         return -1;
+    fb_template_row_clear(&row);
     struct fb_sandbox_row *rows = NULL;
     size_t n = 0;
     if (fb_store_sandbox_list(core->store, NULL, &rows, &n, err) < 0)

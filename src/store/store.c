@@ -204,6 +204,18 @@ static const char *const migrations[] = {
     /* 4: memory checkpoints (CRIU images beside the layer copy) */
     "ALTER TABLE checkpoints ADD COLUMN memory INTEGER NOT NULL DEFAULT 0;"
     "PRAGMA user_version = 4;",
+    /* 5: templates made of content-addressed layers (image imports and
+     * builds): the template they start from, their layers' digests (a JSON
+     * array, lowest first) and the image config defaults; the layers
+     * unpacked once, and what each cached build step produced */
+    "ALTER TABLE templates ADD COLUMN base TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE templates ADD COLUMN layers TEXT NOT NULL DEFAULT '[]';"
+    "ALTER TABLE templates ADD COLUMN config TEXT NOT NULL DEFAULT '{}';"
+    "CREATE TABLE layers (digest TEXT PRIMARY KEY NOT NULL, size_bytes INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE TABLE build_cache (key TEXT PRIMARY KEY NOT NULL, layer TEXT NOT NULL,"
+    "  created_ms INTEGER NOT NULL);"
+    "PRAGMA user_version = 5;",
 };
 #define SCHEMA_VERSION ((int64_t)(sizeof migrations / sizeof migrations[0]))
 

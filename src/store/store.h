@@ -119,15 +119,44 @@ int fb_store_checkpoint_delete(fb_store *s, const char *id, fb_error_t *err);
 
 struct fb_template_row {
     char name[FB_NAME_MAX];
-    char source[32]; /* "debootstrap", "import" */
+    char source[32];        /* "debootstrap", "rootfs", "oci", "docker-archive", "build" */
+    char base[FB_NAME_MAX]; /* the template a build started from ("": none) */
     int64_t created_ms;
     int64_t size_bytes;
+    char *layers_json; /* owned: JSON array of "sha256:HEX" diff ids, lowest first */
+    char *config_json; /* owned: JSON object of image defaults (env, workdir, user, cmd) */
 };
 
-/* Inserts or replaces a template row. */
+/* Frees a row's owned strings (the row itself is the caller's). */
+void fb_template_row_clear(struct fb_template_row *row);
+void fb_template_rows_free(struct fb_template_row *rows, size_t n);
+
+/* Inserts or replaces a template row; NULL layers/config store [] and {}. */
 int fb_store_template_put(fb_store *s, const struct fb_template_row *row, fb_error_t *err);
+/* Fills *out (caller clears it); FB_ERR_NOT_FOUND when there is none. */
 int fb_store_template_get(fb_store *s, const char *name, struct fb_template_row *out, fb_error_t *err);
 int fb_store_template_list(fb_store *s, struct fb_template_row **rows, size_t *n, fb_error_t *err);
 int fb_store_template_delete(fb_store *s, const char *name, fb_error_t *err);
+
+/* Unpacked layers, keyed by "sha256:HEX" of their uncompressed tar. */
+struct fb_layer_row {
+    char digest[80];
+    int64_t size_bytes;
+    int64_t created_ms;
+};
+/* Inserts a layer row; one already there is left as it is. */
+int fb_store_layer_put(fb_store *s, const struct fb_layer_row *row, fb_error_t *err);
+/* FB_ERR_NOT_FOUND when the layer is not stored. */
+int fb_store_layer_get(fb_store *s, const char *digest, struct fb_layer_row *out, fb_error_t *err);
+/* All layer rows (caller frees *rows). */
+int fb_store_layer_list(fb_store *s, struct fb_layer_row **rows, size_t *n, fb_error_t *err);
+/* Removes a layer row and every build-cache entry that produced it. */
+int fb_store_layer_delete(fb_store *s, const char *digest, fb_error_t *err);
+
+/* Build cache: a step's input key (hex) -> the layer it produced ("" for a
+ * step that left the files as they were). */
+int fb_store_build_cache_put(fb_store *s, const char *key, const char *layer, fb_error_t *err);
+/* Copies the layer into layer (len bytes); FB_ERR_NOT_FOUND on a miss. */
+int fb_store_build_cache_get(fb_store *s, const char *key, char *layer, size_t len, fb_error_t *err);
 
 #endif

@@ -130,7 +130,7 @@ static void test_open_private_wal(void **state)
     cleanup_free char *mode = raw_text(f->path, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     cleanup_free char *version = raw_text(f->path, "PRAGMA user_version");
-    assert_string_equal(version, "4");
+    assert_string_equal(version, "5");
     cleanup_free char *indexes = raw_text(f->path, "SELECT group_concat(name, ',') FROM (SELECT name FROM "
                                                    "sqlite_master WHERE type = 'index' AND tbl_name = "
                                                    "'sandboxes' AND sql IS NOT NULL ORDER BY name)");
@@ -158,7 +158,7 @@ static void test_newer_schema_refused(void **state)
     assert_null(s);
 
     /* Put it back so teardown has a store to close. */
-    free(raw_text(f->path, "PRAGMA user_version = 4"));
+    free(raw_text(f->path, "PRAGMA user_version = 5"));
     reopen(f);
 }
 
@@ -411,6 +411,43 @@ static struct fb_template_row tpl(const char *name, const char *source, int64_t 
     return r;
 }
 
+static void test_templates_layers_cache(void **state)
+{
+    struct fixture *f = *state;
+    cleanup_error fb_error_t err = NULL;
+    struct fb_template_row in = {.created_ms = 5, .size_bytes = 77};
+    strcpy(in.name, "py");
+    strcpy(in.source, "build");
+    strcpy(in.base, "default");
+    in.layers_json = "[\"sha256:aa\"]";
+    in.config_json = "{\"user\":\"app\"}";
+    assert_int_equal(fb_store_template_put(f->s, &in, &err), 0);
+    struct fb_template_row out;
+    assert_int_equal(fb_store_template_get(f->s, "py", &out, &err), 0);
+    assert_string_equal(out.base, "default");
+    assert_string_equal(out.layers_json, "[\"sha256:aa\"]");
+    assert_string_equal(out.config_json, "{\"user\":\"app\"}");
+    fb_template_row_clear(&out);
+
+    struct fb_layer_row l = {.size_bytes = 9, .created_ms = 1};
+    strcpy(l.digest, "sha256:aa");
+    assert_int_equal(fb_store_layer_put(f->s, &l, &err), 0);
+    l.size_bytes = 10;
+    assert_int_equal(fb_store_layer_put(f->s, &l, &err), 0); /* kept as it was */
+    struct fb_layer_row got;
+    assert_int_equal(fb_store_layer_get(f->s, "sha256:aa", &got, &err), 0);
+    assert_int_equal(got.size_bytes, 9);
+
+    char layer[80];
+    assert_int_equal(fb_store_build_cache_put(f->s, "k1", "sha256:aa", &err), 0);
+    assert_int_equal(fb_store_build_cache_get(f->s, "k1", layer, sizeof layer, &err), 0);
+    assert_string_equal(layer, "sha256:aa");
+    /* deleting the layer drops the cache entries that point at it */
+    assert_int_equal(fb_store_layer_delete(f->s, "sha256:aa", &err), 0);
+    expect_kind(fb_store_build_cache_get(f->s, "k1", layer, sizeof layer, &err), &err, FB_ERR_NOT_FOUND);
+    expect_kind(fb_store_layer_get(f->s, "sha256:aa", &got, &err), &err, FB_ERR_NOT_FOUND);
+}
+
 static void test_checkpoints(void **state)
 {
     struct fixture *f = *state;
@@ -648,6 +685,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reopen_persists, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spec_unicode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_templates_layers_cache, setup, teardown),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);
 }
