@@ -414,12 +414,13 @@ static int run_spec(struct run *r, const struct fb_df_step *s, struct fb_create_
     if (colon)
         *colon = '\0';
     const char *tpl = strcmp(r->b->df.base, "scratch") == 0 ? "default" : r->b->df.base;
+    cleanup_json json_t *noallow = json_array();
     cleanup_json json_t *body =
         json_pack("{s:s, s:O, s:s, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:O}}", "template", tpl, "env", env,
                   "workdir", s->st.workdir ? s->st.workdir : "/", "user", user[0] ? user : "root",
                   "resources", "cpus", 2.0, "memory_mb", (json_int_t)2048, "pids", (json_int_t)4096,
                   "disk_mb", (json_int_t)FB_BUILD_DISK_MB_DEFAULT, "network", "mode", r->b->network_mode,
-                  "allow", r->b->allow ? r->b->allow : json_array());
+                  "allow", r->b->allow ? r->b->allow : noallow);
     if (body == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "step spec");
     if (strcmp(r->b->network_mode, "allowlist") != 0)
@@ -537,11 +538,11 @@ static bool run_cached(struct run *r, fb_error_t *err)
 
 static json_t *final_config(const struct fb_df_state *st)
 {
-    return json_pack("{s:O, s:s, s:s, s:O, s:O, s:O}", "env", st->env ? st->env : json_array(), "workdir",
+    cleanup_json json_t *none = json_array(), *nolabels = json_object();
+    return json_pack("{s:O, s:s, s:s, s:O, s:O, s:O}", "env", st->env ? st->env : none, "workdir",
                      st->workdir ? st->workdir : "", "user", st->user ? st->user : "", "cmd",
-                     st->cmd ? st->cmd : json_null(), "entrypoint",
-                     st->entrypoint ? st->entrypoint : json_null(), "labels",
-                     st->labels ? st->labels : json_object());
+                     st->cmd ? st->cmd : json_null(), "entrypoint", st->entrypoint ? st->entrypoint : json_null(),
+                     "labels", st->labels ? st->labels : nolabels);
 }
 
 static int run_steps(struct run *r, fb_error_t *err, int *failed_step, int *exit_code)
