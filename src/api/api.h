@@ -188,6 +188,14 @@ struct MHD_Response *fb_h_templates_list(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_import(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_delete(struct fb_req *r, unsigned *status);
 
+/* volumes.c */
+struct MHD_Response *fb_h_volume_create(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_list(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_delete(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_archive_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_archive_put(struct fb_req *r, unsigned *status);
+
 struct MHD_Response *fb_h_port_proxy(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_shares_create(struct fb_req *r, unsigned *status);
 /* For share_auth routes without Authorization: accepts a valid share

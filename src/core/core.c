@@ -61,6 +61,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->lock_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
     pthread_mutex_init(&core->pause_lock, NULL);
+    pthread_mutex_init(&core->volume_lock, NULL);
     pthread_mutex_init(&core->net_lock, NULL);
     pthread_mutex_init(&core->net_change, NULL);
     fb_listeners_init(&core->dns.l);
@@ -183,6 +184,9 @@ void fb_core_close(struct fb_core *core)
     fb_egress_stop(core);
     fb_dns_stop(core);
     fb_net_close(core);
+    /* sandboxes keep their binds; a later start mounts the same devices */
+    if (core->store)
+        fb_volumes_release_all(core);
     if (core->store)
         fb_store_close(core->store);
     core->store = NULL;
@@ -198,6 +202,7 @@ void fb_core_close(struct fb_core *core)
     fb_idle_free(core);
     fb_gate_free(core);
     pthread_mutex_destroy(&core->pause_lock);
+    pthread_mutex_destroy(&core->volume_lock);
     pthread_mutex_destroy(&core->lock);
 }
 

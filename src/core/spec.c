@@ -719,6 +719,32 @@ int fb_volume_name_check(const char *name, fb_error_t *err)
     return 0;
 }
 
+int fb_volume_spec_parse(json_t *body, char *name, uint64_t *size_mb, fb_error_t *err)
+{
+    static const char *const fields[] = {"name", "size_mb", NULL};
+    name[0] = '\0';
+    *size_mb = FB_VOLUME_DEFAULT_MB;
+    if (!json_is_object(body))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "request body must be a JSON object");
+    if (check_fields(body, fields, "", err) < 0)
+        return -1;
+    json_t *v = json_object_get(body, "name");
+    const char *n;
+    if (is_null_or_absent(v))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "name: required");
+    if (get_string(v, "name", FB_VOLUME_NAME_MAX, false, &n, err) < 0 || fb_volume_name_check(n, err) < 0)
+        return -1;
+    v = json_object_get(body, "size_mb");
+    long long mb;
+    if (!is_null_or_absent(v)) {
+        if (get_int(v, "size_mb", FB_VOLUME_MIN_MB, FB_VOLUME_MAX_MB, &mb, err) < 0)
+            return -1;
+        *size_mb = (uint64_t)mb;
+    }
+    strcpy(name, n);
+    return 0;
+}
+
 int fb_template_name_check(const char *name, fb_error_t *err)
 {
     bool ok = simple_name_ok(name, FB_TEMPLATE_NAME_MAX);

@@ -118,6 +118,14 @@ void fb_exec_spec_clear(struct fb_exec_spec *s);
 /* Validates a template name ([a-z0-9][a-z0-9._-]{0,62}). */
 int fb_template_name_check(const char *name, fb_error_t *err);
 
+#define FB_VOLUME_DEFAULT_MB 1024
+#define FB_VOLUME_MIN_MB 16
+#define FB_VOLUME_MAX_MB 1048576 /* 1 TiB: images are sparse, as layers are */
+
+/* Parses a POST /v1/volumes body {"name", "size_mb"} (size optional:
+ * FB_VOLUME_DEFAULT_MB).  name holds FB_VOLUME_NAME_MAX + 1 bytes. */
+int fb_volume_spec_parse(json_t *body, char *name, uint64_t *size_mb, fb_error_t *err);
+
 /* Validates a volume name (the template name rule); 400 naming "volume". */
 int fb_volume_name_check(const char *name, fb_error_t *err);
 
