@@ -443,3 +443,46 @@ def test_other_tenant_sees_nothing(client, vols):
     assert listing(other.get("/v1/volumes/mine/archive").body) == {}
     assert other.delete("/v1/volumes/mine").status == 204
     assert client.get("/v1/volumes/mine").status == 200
+
+
+def test_cli(cli_env, client, tmp_path):
+    from conftest import CLI
+
+    def cli(*args, input=None):
+        return subprocess.run([CLI] + list(args), env=cli_env, input=input, capture_output=True, timeout=120)
+
+    try:
+        p = cli("volume", "create", "cli-vol", "--size", "32")
+        assert p.returncode == 0 and p.stdout == b"cli-vol\n", p
+        p = cli("volume", "ls")
+        assert p.returncode == 0 and b"cli-vol" in p.stdout and b"NAME" in p.stdout, p
+        src = tmp_path / "in.tar"
+        src.write_bytes(tar_of([("hello.txt", "file", b"hi from the cli\n", {"uid": 1000, "gid": 1000})]))
+        p = cli("volume", "upload", "cli-vol", str(src))
+        assert p.returncode == 0 and b"1 entries" in p.stdout, p
+        p = cli("--json", "create", "--volume", "cli-vol:/v:ro", "--volume", "cli-vol:/w")
+        assert p.returncode == 0, p
+        import json
+        sid = json.loads(p.stdout)["id"]
+        try:
+            assert sh(client, sid, "cat /v/hello.txt; stat -c %u /w/hello.txt") == "hi from the cli\n1000\n"
+            assert client.exec(sid, "touch /v/x")["exit_code"] != 0
+            sh(client, sid, "echo back > /w/back.txt")
+            p = cli("volume", "rm", "cli-vol")
+            assert p.returncode != 0 and sid.encode() in p.stderr, p
+        finally:
+            client.delete("/v1/sandboxes/" + sid)
+        out = tmp_path / "out.tar"
+        p = cli("volume", "download", "cli-vol", "-o", str(out))
+        assert p.returncode == 0, p
+        got = listing(out.read_bytes())
+        assert set(got) == {"hello.txt", "back.txt"} and got["hello.txt"].uid == 1000, got
+        p = cli("volume", "download", "cli-vol")  # to a pipe: stdout
+        assert p.returncode == 0 and set(listing(p.stdout)) == {"hello.txt", "back.txt"}, p
+        p = cli("volume", "upload", "cli-vol", "-", input=tar_of([("../x", "file", b"", {})]))
+        assert p.returncode != 0 and b"climbs above" in p.stderr, p
+        p = cli("create", "--volume", "nocolon")
+        assert p.returncode != 0 and b"NAME:/PATH" in p.stderr, p
+    finally:
+        delete_volume(client, "cli-vol")
+    assert client.get("/v1/volumes/cli-vol").status == 404
