@@ -541,8 +541,9 @@ static json_t *final_config(const struct fb_df_state *st)
     cleanup_json json_t *none = json_array(), *nolabels = json_object();
     return json_pack("{s:O, s:s, s:s, s:O, s:O, s:O}", "env", st->env ? st->env : none, "workdir",
                      st->workdir ? st->workdir : "", "user", st->user ? st->user : "", "cmd",
-                     st->cmd ? st->cmd : json_null(), "entrypoint", st->entrypoint ? st->entrypoint : json_null(),
-                     "labels", st->labels ? st->labels : nolabels);
+                     st->cmd ? st->cmd : json_null(), "entrypoint",
+                     st->entrypoint ? st->entrypoint : json_null(), "labels",
+                     st->labels ? st->labels : nolabels);
 }
 
 static int run_steps(struct run *r, fb_error_t *err, int *failed_step, int *exit_code)
