@@ -225,3 +225,24 @@ def test_layers_survive_a_daemon_restart(client, oci_tpl, daemon, make):
     assert "img-oci" in lst
     sb = make(template="img-oci")
     assert sh(client, sb["id"], "cat /etc/motd") == "from layer two\n"
+
+
+def test_cli_imports_an_oci_layout_dir(client, cli_env, tmp_path, make):
+    import io
+    import subprocess
+    import tarfile
+
+    from conftest import CLI
+    layout = tmp_path / "layout"
+    with tarfile.open(fileobj=io.BytesIO(oci_archive([BASE, APP], **CFG))) as t:
+        t.extractall(layout)
+    p = subprocess.run([CLI, "template", "import", "img-dir", str(layout)], env=cli_env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and "oci" in p.stdout and "2 layers" in p.stdout, (p.stdout, p.stderr)
+    sb = make(template="img-dir")
+    assert sh(client, sb["id"], "cat /etc/motd; pwd") == "from layer two\n/opt/app\n"
+    client.delete("/v1/sandboxes/" + sb["id"])
+    p = subprocess.run([CLI, "template", "import", "--ref", "nope", "img-dir2", str(layout)], env=cli_env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "nope" in p.stderr, p.stderr
+    drop(client, "img-dir")
