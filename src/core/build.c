@@ -727,17 +727,6 @@ void fb_build_remove_orphans(struct fb_core *core)
         fb_sandbox_rows_free(rows, n);
     }
     char dir[PATH_MAX];
-    if (fb_snprintf(dir, sizeof dir, "%s/templates", core->cfg.state_dir) < 0)
-        return;
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        char path[PATH_MAX];
-        if (strncmp(de->d_name, STAGE_PREFIX, strlen(STAGE_PREFIX)) == 0 &&
-            fb_snprintf(path, sizeof path, "%s/%s", dir, de->d_name) == 0)
-            fb_rm_rf(path);
-    }
-    closedir(d);
+    if (fb_snprintf(dir, sizeof dir, "%s/templates", core->cfg.state_dir) == 0)
+        fb_rm_prefixed(dir, STAGE_PREFIX);
 }
