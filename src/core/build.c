@@ -200,6 +200,7 @@ int fb_build_prepare(struct fb_core *core, struct fb_build *b, const char *text,
         b->base_layers = json_loads(row.layers_json ? row.layers_json : "[]", 0, NULL);
         /* a template rebuilt or re-imported under the same name is another base */
         snprintf(b->base_identity, sizeof b->base_identity, "%s@%lld", base, (long long)row.created_ms);
+        b->base_bytes = json_array_size(b->base_layers) == 0 ? row.size_bytes : 0;
         fb_template_row_clear(&row);
         if (b->base_layers == NULL)
             return fb_error_set(err, FB_ERR_INTERNAL, 0, "template %s has unreadable layers", base);
@@ -625,8 +626,7 @@ static int install(struct run *r, fb_error_t *err)
     size_t i;
     json_t *v;
     json_array_foreach(layers, i, v) row.size_bytes += fb_layer_size(core, json_string_value(v));
-    if (b->base_rootfs[0] && row.size_bytes == 0)
-        row.size_bytes = fb_du(dir);
+    row.size_bytes += b->base_bytes; /* its files are in the rootfs too, by hard link */
     cleanup_free char *lj = json_dumps(layers, JSON_COMPACT);
     cleanup_free char *cj = json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS);
     row.layers_json = lj;
