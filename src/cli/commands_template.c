@@ -132,7 +132,7 @@ static int template_import(struct fb_cli *cli, int argc, char **argv)
     }
     cleanup_free char *base = template_path(name, "/import");
     cleanup_free char *esc = ref ? fb_client_escape(ref) : NULL;
-    char *path = NULL;
+    cleanup_free char *path = NULL;
     if (base == NULL || (ref && esc == NULL) ||
         asprintf(&path, "%s%s%s", base, ref ? "?ref=" : "", ref ? esc : "") < 0)
         return FB_EXIT_FAIL;
@@ -164,7 +164,6 @@ static int template_import(struct fb_cli *cli, int argc, char **argv)
     printf("imported template %s (%s, %zu layers%s%s)\n", name,
            json_string_value(json_object_get(tpl, "source")), json_array_size(json_object_get(tpl, "layers")),
            size[0] ? ", " : "", size);
-    free(path);
     return FB_EXIT_OK;
 }
 

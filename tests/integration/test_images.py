@@ -245,7 +245,7 @@ def test_cli_imports_an_oci_layout_dir(client, cli_env, tmp_path, make):
     client.delete("/v1/sandboxes/" + sb["id"])
     p = subprocess.run([CLI, "template", "import", "--ref", "nope", "img-dir2", str(layout)], env=cli_env,
                        capture_output=True, text=True, timeout=300)
-    assert p.returncode == 1 and "nope" in p.stderr, p.stderr
+    assert p.returncode == 1 and "nope" in p.stderr, (p.returncode, p.stderr)
     drop(client, "img-dir")
 
 
