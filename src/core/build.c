@@ -217,8 +217,11 @@ int fb_build_prepare(struct fb_core *core, struct fb_build *b, const char *text,
 
 /* ---- running ------------------------------------------------------------ */
 
+#define BUILD_KEY_FILE "build.key"
+
 struct run {
     struct fb_core *core;
+    char build_key[65]; /* the whole build's inputs: an unchanged rebuild has nothing to do */
     struct fb_build *b;
     const struct fb_build_sink *sink;
     char stage[PATH_MAX]; /* STATE_DIR/templates/.build-RAND */
@@ -609,8 +612,9 @@ static int install(struct run *r, fb_error_t *err)
     bool had = lstat(dir, &st) == 0;
     if (had && rename(dir, old) < 0)
         return fb_error_sys(err, "move the old template aside");
-    char stage_rootfs_parent[PATH_MAX];
-    fb_strlcpy(stage_rootfs_parent, r->stage, sizeof stage_rootfs_parent);
+    char keyfile[PATH_MAX];
+    if (r->build_key[0] && fb_snprintf(keyfile, sizeof keyfile, "%s/" BUILD_KEY_FILE, r->stage) == 0)
+        (void)fb_write_file(keyfile, r->build_key, strlen(r->build_key), 0600);
     if (rename(r->stage, dir) < 0) {
         int e = errno;
         if (had)
@@ -636,6 +640,63 @@ static int install(struct run *r, fb_error_t *err)
     if (had)
         fb_rm_rf(old);
     return rc;
+}
+
+/* The digest of everything the result depends on: the base's identity,
+ * every step's resolved instruction and state, and the context's bytes. */
+static int build_key(struct run *r, fb_error_t *err)
+{
+    char ctx[65] = "";
+    int64_t size;
+    if (r->b->context_fd >= 0 &&
+        (lseek(r->b->context_fd, 0, SEEK_SET) < 0 || fb_sha256_fd(r->b->context_fd, ctx, &size, err) < 0))
+        return -1;
+    r->key[0] = '\0';
+    key_chain(r, r->b->base_identity, ctx);
+    for (size_t i = 0; i < r->b->df.nsteps; i++) {
+        char *kt = fb_dockerfile_step_key_text(&r->b->df.steps[i]);
+        if (kt == NULL)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build key");
+        key_chain(r, kt, NULL);
+        free(kt);
+    }
+    memcpy(r->build_key, r->key, sizeof r->build_key);
+    r->key[0] = '\0'; /* the step chain starts afresh */
+    return 0;
+}
+
+/* Whether template NAME is what this very build made before: then each
+ * step is reported from the cache and nothing is assembled again. */
+static bool unchanged(struct run *r)
+{
+    char path[PATH_MAX];
+    char *old = NULL;
+    size_t len = 0;
+    if (r->b->no_cache ||
+        fb_snprintf(path, sizeof path, "%s/templates/%s/" BUILD_KEY_FILE, r->core->cfg.state_dir,
+                    r->b->name) < 0 ||
+        fb_read_file(path, 128, &old, &len) < 0)
+        return false;
+    bool same = len == strlen(r->build_key) && memcmp(old, r->build_key, len) == 0;
+    free(old);
+    struct fb_template_row row;
+    cleanup_error fb_error_t e = NULL;
+    if (!same || fb_store_template_get(r->core->store, r->b->name, &row, &e) < 0)
+        return false;
+    same = strcmp(row.source, "build") == 0;
+    fb_template_row_clear(&row);
+    if (!same)
+        return false;
+    int of = (int)r->b->df.nsteps;
+    for (size_t i = 0; i < r->b->df.nsteps; i++) {
+        const struct fb_df_step *st = &r->b->df.steps[i];
+        bool cached = st->op == FB_DF_RUN;
+        r->cached_steps += cached;
+        emit(r, json_pack("{s:s, s:i, s:i, s:i, s:s, s:b}", "type", "step", "step", (int)i + 1, "of", of,
+                          "line", (int)st->line, "instruction", st->text ? st->text : fb_df_op_name(st->op),
+                          "cached", cached));
+    }
+    return true;
 }
 
 static int stage_open(struct run *r, fb_error_t *err)
@@ -668,12 +729,15 @@ void fb_build_run(struct fb_core *core, struct fb_build *b, const struct fb_buil
     int failed_step = 0, exit_code = 0;
     fb_info("build %s: %zu steps from %s", b->name, b->df.nsteps, b->df.base);
     pthread_rwlock_rdlock(&core->layers_lock);
-    int rc = stage_open(&r, &err);
-    if (rc == 0)
+    int rc = build_key(&r, &err);
+    bool same = rc == 0 && unchanged(&r);
+    if (rc == 0 && !same)
+        rc = stage_open(&r, &err);
+    if (rc == 0 && !same)
         rc = run_steps(&r, &err, &failed_step, &exit_code);
     if (r.rootfs_fd >= 0)
         close(r.rootfs_fd);
-    if (rc == 0) {
+    if (rc == 0 && !same) {
         failed_step = 0;
         rc = install(&r, &err);
     }
@@ -688,8 +752,8 @@ void fb_build_run(struct fb_core *core, struct fb_build *b, const struct fb_buil
     if (rc == 0) {
         fb_info("build %s: done in %.2f s (%d of %zu steps cached)", b->name, (double)ms / 1000.0,
                 r.cached_steps, b->df.nsteps);
-        emit(&r, json_pack("{s:s, s:o, s:I, s:i}", "type", "done", "template", tpl, "duration_ms",
-                           (json_int_t)ms, "cached_steps", r.cached_steps));
+        emit(&r, json_pack("{s:s, s:o, s:I, s:i, s:b}", "type", "done", "template", tpl, "duration_ms",
+                           (json_int_t)ms, "cached_steps", r.cached_steps, "unchanged", same));
         return;
     }
     json_decref(tpl);
