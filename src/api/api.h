@@ -187,6 +187,8 @@ struct MHD_Response *fb_h_archive_put(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_templates_list(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_import(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_delete(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_template_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_templates_gc(struct fb_req *r, unsigned *status);
 
 struct MHD_Response *fb_h_port_proxy(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_shares_create(struct fb_req *r, unsigned *status);

@@ -40,6 +40,8 @@ static const struct fb_route routes[] = {
     {"PUT", "/v1/sandboxes/{}/archive", FB_BODY_SPOOL, true, fb_h_archive_put},
     {"GET", "/v1/templates", FB_BODY_NONE, true, fb_h_templates_list},
     {"PUT", "/v1/templates/{}/import", FB_BODY_SPOOL, true, fb_h_template_import},
+    {"POST", "/v1/templates/gc", FB_BODY_NONE, true, fb_h_templates_gc},
+    {"GET", "/v1/templates/{}", FB_BODY_NONE, true, fb_h_template_get},
     {"DELETE", "/v1/templates/{}", FB_BODY_NONE, true, fb_h_template_delete},
     {"POST", "/v1/sandboxes/{}/processes", FB_BODY_JSON, true, fb_h_proc_start, 4u << 20},
     {"GET", "/v1/sandboxes/{}/processes", FB_BODY_NONE, true, fb_h_proc_list},

@@ -16,6 +16,7 @@ struct MHD_Response *fb_h_sandbox_create(struct fb_req *r, unsigned *status)
     cleanup_spec struct fb_create_spec spec = {0};
     json_t *obj = NULL;
     if (fb_req_json(r, &body, &err) < 0 || fb_create_spec_parse(body, &spec, &err) < 0 ||
+        (spec.checkpoint[0] == '\0' && fb_template_defaults(r->api->core, &spec, &err) < 0) ||
         fb_sandbox_create(r->api->core, r->tenant, &spec, &obj, &err) < 0)
         return fb_resp_error(err, status);
     *status = 201;

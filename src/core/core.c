@@ -19,6 +19,7 @@
 #include "core.h"
 #include "files.h"
 #include "internal.h"
+#include "layers.h"
 
 #define DEFAULT_TENANT "default"
 
@@ -63,6 +64,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     pthread_mutex_init(&core->pause_lock, NULL);
     pthread_mutex_init(&core->net_lock, NULL);
     pthread_mutex_init(&core->net_change, NULL);
+    pthread_rwlock_init(&core->layers_lock, NULL);
     fb_listeners_init(&core->dns.l);
     fb_listeners_init(&core->egress);
     pthread_cond_init(&core->pool_cond, NULL);
@@ -150,6 +152,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     if (fb_core_criu_start(core, err) < 0) /* in the background: never delays the start */
         return -1;
     fb_core_remove_orphans(core);
+    fb_layers_remove_partial(core);
     if (fb_net_open(core) == 0) { /* without it, networked modes answer 501 */
         cleanup_error fb_error_t derr = NULL;
         if (fb_dns_start(core, &derr) < 0)
@@ -198,6 +201,7 @@ void fb_core_close(struct fb_core *core)
     fb_idle_free(core);
     fb_gate_free(core);
     pthread_mutex_destroy(&core->pause_lock);
+    pthread_rwlock_destroy(&core->layers_lock);
     pthread_mutex_destroy(&core->lock);
 }
 

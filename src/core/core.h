@@ -68,6 +68,9 @@ struct fb_core {
     int init_fd;
     int lock_fd;          /* flock on state_dir/lock: one daemon per state dir */
     pthread_mutex_t lock; /* uid allocation, template builds, reaper */
+    /* imports and builds hold it for reading while they add and use
+     * layers; layer collection takes it for writing */
+    pthread_rwlock_t layers_lock;
     enum fb_template_state default_state;
     char default_error[512];
     pthread_t builder, reaper, pool_filler;
@@ -159,7 +162,8 @@ struct fb_sandbox_handle {
     int64_t init_pid; /* host pid of its init */
     int64_t uid_base;
     char workdir[4096];
-    json_t *env; /* owned: the sandbox's env */
+    char user[FB_USER_MAX + 1]; /* commands' default user */
+    json_t *env;                /* owned: the sandbox's env */
 };
 void fb_sandbox_handle_clear(struct fb_sandbox_handle *h);
 
@@ -192,11 +196,32 @@ int fb_sandbox_finish_deletes(struct fb_core *core);
 void fb_sandbox_reap_expired(struct fb_core *core);
 
 /* ---- templates ---- */
+/* Every template with its size, layers and how many templates share each
+ * layer.  *out is the caller's. */
 int fb_templates_list(struct fb_core *core, json_t **out, fb_error_t *err);
-/* Imports a rootfs tarball at tar_path as template name. */
-int fb_template_import(struct fb_core *core, const char *name, const char *tar_path, json_t **out,
-                       fb_error_t *err);
+/* One template, plus the sandboxes and checkpoints that use it. */
+int fb_template_inspect(struct fb_core *core, const char *name, json_t **out, fb_error_t *err);
+/* Imports the archive at tar_path as template name: an OCI layout or
+ * docker-archive (ref picks one image of several; NULL: the only one), or
+ * a root filesystem tar.  409 when the name is taken, 400 for anything
+ * malformed (nothing is left behind).  *out: the template. */
+int fb_template_import(struct fb_core *core, const char *name, const char *tar_path, const char *ref,
+                       json_t **out, fb_error_t *err);
+/* Refused (409, naming them) while sandboxes or checkpoints use it; the
+ * layers stay until fb_layers_gc. */
 int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err);
+/* Builds STATE_DIR/templates/NAME/rootfs from base_rootfs (hard-linked;
+ * NULL: empty) and layers (stored digests, lowest first), then records the
+ * template row.  The caller holds layers_lock for reading; on failure the
+ * template dir is removed. */
+int fb_template_register(struct fb_core *core, const char *name, const char *source, const char *base,
+                         const char *base_rootfs, json_t *layers, json_t *config, fb_error_t *err);
+/* Assembles dir/rootfs the same way without recording anything. */
+int fb_template_assemble(struct fb_core *core, const char *dir, const char *base_rootfs, json_t *layers,
+                         fb_error_t *err);
+/* Fills what spec leaves unset from the template's image defaults: env
+ * (the request's values win), workdir, user. */
+int fb_template_defaults(struct fb_core *core, struct fb_create_spec *spec, fb_error_t *err);
 /* Host path of a ready template's rootfs; not_found / unavailable. */
 int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t outlen, fb_error_t *err);
 

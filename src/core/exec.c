@@ -57,7 +57,7 @@ int fb_exec_start(struct fb_core *core, const char *tenant, const char *id, cons
     cleanup_json json_t *req =
         json_pack("{s:s, s:o, s:o, s:s, s:s, s:I, s:I, s:b}", "op", "exec", "argv", json_incref(argv), "env",
                   env, "cwd", spec->cwd[0] ? spec->cwd : h.workdir, "user",
-                  spec->user[0] ? spec->user : "root", "timeout_ms", (json_int_t)spec->timeout_ms,
+                  spec->user[0] ? spec->user : h.user, "timeout_ms", (json_int_t)spec->timeout_ms,
                   "max_output", (json_int_t)spec->max_output, "stdin", spec->stdin_data != NULL);
     if (req == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build exec request");

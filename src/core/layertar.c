@@ -461,7 +461,21 @@ static int through_symlink(json_t *links, const char *name, fb_error_t *err)
     return 0;
 }
 
-static int check_entry(struct archive_entry *ae, json_t *links, size_t *link_bytes, fb_error_t *err)
+/* Image layers made from a full root filesystem (podman import of a
+ * debootstrap tree, say) carry /dev's nodes; a sandbox gets its own /dev,
+ * so those are dropped rather than refused.  A node anywhere else is. */
+static bool dev_node_skipped(struct archive_entry *ae, const char *name, bool skip_dev)
+{
+    mode_t t = archive_entry_filetype(ae);
+    if (!skip_dev || (t != AE_IFCHR && t != AE_IFBLK))
+        return false;
+    if (strncmp(name, "./", 2) == 0)
+        name += 2;
+    return strncmp(name, "dev/", 4) == 0 && name[4] != '\0' && strchr(name + 4, '/') == NULL;
+}
+
+static int check_entry(struct archive_entry *ae, json_t *links, size_t *link_bytes, bool skip_dev,
+                       fb_error_t *err)
 {
     char name[FB_PATH_MAX + 2], target[FB_PATH_MAX + 2], full[FB_PATH_MAX + 1];
     const char *raw = archive_entry_pathname(ae);
@@ -471,6 +485,8 @@ static int check_entry(struct archive_entry *ae, json_t *links, size_t *link_byt
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "layer member \"%.96s\": absolute name", raw);
     clean_name(raw, name, sizeof name);
     enum fb_tar_type type = entry_type(ae);
+    if (dev_node_skipped(ae, name, skip_dev))
+        return 0;
     if (name[0] == '\0')
         return type == FB_TAR_DIR
                    ? 0
@@ -517,7 +533,7 @@ static int check_entry(struct archive_entry *ae, json_t *links, size_t *link_byt
     return fb_tar_entry_check("/", &te, full, sizeof full, err);
 }
 
-static int check_pass(int fd, fb_error_t *err)
+static int check_pass(int fd, bool skip_dev, fb_error_t *err)
 {
     cleanup_archive_rd struct archive *a = open_layer(fd, err);
     cleanup_json json_t *links = json_object();
@@ -535,7 +551,7 @@ static int check_pass(int fd, fb_error_t *err)
         if (++n > FB_LAYER_ENTRIES_MAX)
             return fb_error_set(err, FB_ERR_TOO_LARGE, 0, "layer has more than %d entries",
                                 FB_LAYER_ENTRIES_MAX);
-        if (check_entry(ae, links, &link_bytes, err) < 0)
+        if (check_entry(ae, links, &link_bytes, skip_dev, err) < 0)
             return -1;
     }
 }
@@ -581,11 +597,11 @@ static void filter_xattrs(struct archive_entry *ae)
  * else through libarchive.  0, or the kind of failure ('B' bad input, 'S'
  * out of space, 'I' other) with msg filled. */
 static char extract_one(struct archive *in, struct archive *out, struct archive_entry *ae, uid_t base,
-                        char *msg, size_t len)
+                        bool skip_dev, char *msg, size_t len)
 {
     char name[FB_PATH_MAX + 2], target[FB_PATH_MAX + 2];
     clean_name(archive_entry_pathname(ae), name, sizeof name);
-    if (name[0] == '\0')
+    if (name[0] == '\0' || dev_node_skipped(ae, name, skip_dev))
         return 0; /* the upper dir itself is made by the daemon */
     int wh = fb_whiteout_parse(name, target, sizeof target, NULL);
     if (wh == FB_WH_FILE || wh == FB_WH_OPAQUE) {
@@ -610,7 +626,8 @@ static char extract_one(struct archive *in, struct archive *out, struct archive_
     return archive_errno(out) == ENOSPC || archive_errno(in) == ENOSPC ? 'S' : 'B';
 }
 
-static char extract_all(struct archive *in, struct archive *out, uid_t base, char *msg, size_t len)
+static char extract_all(struct archive *in, struct archive *out, uid_t base, bool skip_dev, char *msg,
+                        size_t len)
 {
     for (;;) {
         struct archive_entry *ae;
@@ -621,7 +638,7 @@ static char extract_all(struct archive *in, struct archive *out, uid_t base, cha
             snprintf(msg, len, "corrupt layer tar: %s", archive_error_string(in));
             return 'B';
         }
-        char kind = extract_one(in, out, ae, base, msg, len);
+        char kind = extract_one(in, out, ae, base, skip_dev, msg, len);
         if (kind != 0)
             return kind;
     }
@@ -634,7 +651,7 @@ static char extract_all(struct archive *in, struct archive *out, uid_t base, cha
 
 /* In the child, chrooted into the upper dir: reports "<kind><message>" on
  * report_fd when it fails. */
-static int extract_child(int tar_fd, uid_t base, int report_fd)
+static int extract_child(int tar_fd, uid_t base, bool skip_dev, int report_fd)
 {
     char msg[512] = "no memory";
     cleanup_error fb_error_t err = NULL;
@@ -646,7 +663,7 @@ static int extract_child(int tar_fd, uid_t base, int report_fd)
             out, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
                      ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                      ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_UNLINK);
-        kind = extract_all(in, out, base, msg, sizeof msg);
+        kind = extract_all(in, out, base, skip_dev, msg, sizeof msg);
     } else if (err != NULL) {
         snprintf(msg, sizeof msg, "%s", err->msg);
     }
@@ -658,12 +675,13 @@ static int extract_child(int tar_fd, uid_t base, int report_fd)
     return 1;
 }
 
-int fb_layer_tar_extract(const char *tar_path, const char *dest, uid_t uid_base, fb_error_t *err)
+static int layer_extract(const char *tar_path, const char *dest, uid_t uid_base, bool skip_dev,
+                         fb_error_t *err)
 {
     cleanup_close int tar_fd = open(tar_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (tar_fd < 0)
         return fb_error_sys(err, "open %s", tar_path);
-    if (check_pass(tar_fd, err) < 0)
+    if (check_pass(tar_fd, skip_dev, err) < 0)
         return -1;
     if (lseek(tar_fd, 0, SEEK_SET) < 0)
         return fb_error_sys(err, "rewind %s", tar_path);
@@ -675,7 +693,7 @@ int fb_layer_tar_extract(const char *tar_path, const char *dest, uid_t uid_base,
         close(pipefd[0]);
         if (chroot(dest) < 0 || chdir("/") < 0)
             _exit(1);
-        _exit(extract_child(tar_fd, uid_base, pipefd[1]));
+        _exit(extract_child(tar_fd, uid_base, skip_dev, pipefd[1]));
     }
     close(pipefd[1]);
     char msg[600];
@@ -696,6 +714,16 @@ int fb_layer_tar_extract(const char *tar_path, const char *dest, uid_t uid_base,
                             k == FB_ERR_TOO_LARGE ? " (the disk size is too small)" : "");
     }
     return fb_error_set(err, FB_ERR_INTERNAL, 0, "unpacking the layer failed");
+}
+
+int fb_layer_tar_extract(const char *tar_path, const char *dest, uid_t uid_base, fb_error_t *err)
+{
+    return layer_extract(tar_path, dest, uid_base, false, err);
+}
+
+int fb_layer_tar_extract_image(const char *tar_path, const char *dest, fb_error_t *err)
+{
+    return layer_extract(tar_path, dest, 0, true, err);
 }
 
 /* ---- outer tars (exports, image archives) ------------------------------ */

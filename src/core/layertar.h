@@ -41,6 +41,11 @@ int fb_layer_tar_write(int dir_fd, const struct fb_layer_opts *o, int out_fd, in
  * a partial tree: the caller discards it. */
 int fb_layer_tar_extract(const char *tar_path, const char *dest, uid_t uid_base, fb_error_t *err);
 
+/* The same for an image layer (owners kept as they are), except that
+ * device nodes directly below dev/ are dropped: root filesystems turned
+ * into images carry them, and a sandbox gets its own /dev. */
+int fb_layer_tar_extract_image(const char *tar_path, const char *dest, fb_error_t *err);
+
 struct archive;
 
 /* Opens a: pax tar written to out_fd, names as bytes.  a is the caller's

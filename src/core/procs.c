@@ -334,7 +334,7 @@ static int ctl_addr(int dir, struct sockaddr_un *sa)
     return fb_snprintf(sa->sun_path, sizeof sa->sun_path, "/proc/self/fd/%d/ctl.sock", dir);
 }
 
-static json_t *meta_json(const struct fb_proc_spec *spec, const char *cwd)
+static json_t *meta_json(const struct fb_proc_spec *spec, const char *cwd, const char *user)
 {
     json_t *cmd = json_array();
     for (size_t i = 0; i < spec->exec.argc; i++)
@@ -343,9 +343,8 @@ static json_t *meta_json(const struct fb_proc_spec *spec, const char *cwd)
     char t[40];
     fb_time_format(now, t, sizeof t);
     return json_pack("{s:o, s:s, s:s, s:s, s:b, s:I, s:s, s:I}", "cmd", cmd, "tag", spec->tag, "cwd", cwd,
-                     "user", spec->exec.user[0] ? spec->exec.user : "root", "pty", spec->pty,
-                     "max_output_bytes", (json_int_t)spec->exec.max_output, "started_at", t, "started_at_ms",
-                     (json_int_t)now);
+                     "user", user, "pty", spec->pty, "max_output_bytes", (json_int_t)spec->exec.max_output,
+                     "started_at", t, "started_at_ms", (json_int_t)now);
 }
 
 static int spawn(const char *sock_path, json_t *req, const int *fds, const struct fb_exec_spec *ex, int *pid,
@@ -393,7 +392,7 @@ int fb_proc_start(struct fb_core *core, const char *tenant, const char *id, cons
         return fb_error_sys(err, "open process record");
     }
     const char *cwd = spec->exec.cwd[0] ? spec->exec.cwd : h.workdir;
-    cleanup_json json_t *meta = meta_json(spec, cwd);
+    cleanup_json json_t *meta = meta_json(spec, cwd, spec->exec.user[0] ? spec->exec.user : h.user);
     cleanup_free char *meta_s = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     cleanup_close int fout = -1, fidx = -1, fstatus = -1, fmeta = -1, ctl = -1, netns = -1;
     cleanup_json json_t *argv = json_array();
@@ -437,7 +436,7 @@ int fb_proc_start(struct fb_core *core, const char *tenant, const char *id, cons
     json_t *env = fb_exec_build_env(h.env, spec->exec.env);
     json_t *pty = spec->pty ? json_pack("{s:i, s:i}", "cols", spec->cols, "rows", spec->rows) : json_null();
     req = json_pack("{s:s, s:O, s:o, s:s, s:s, s:o, s:I, s:b}", "op", "spawn", "argv", argv, "env", env,
-                    "cwd", cwd, "user", spec->exec.user[0] ? spec->exec.user : "root", "pty", pty, "retain",
+                    "cwd", cwd, "user", spec->exec.user[0] ? spec->exec.user : h.user, "pty", pty, "retain",
                     (json_int_t)spec->exec.max_output, "stdin", spec->exec.stdin_data != NULL);
     if (req == NULL) {
         fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "build spawn request");

@@ -64,8 +64,8 @@ static json_t *row_to_json(const struct fb_sandbox_row *row)
         json_object_set_new(o, "expires_at", json_null());
     }
     if (json_is_object(spec)) {
-        static const char *const keys[] = {"ttl", "idle_timeout", "on_expire", "labels",
-                                           "env", "workdir",      "resources", "network"};
+        static const char *const keys[] = {"ttl",     "idle_timeout", "on_expire", "labels", "env",
+                                           "workdir", "resources",    "network",   "user"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             json_t *v = json_object_get(spec, keys[i]);
             if (v != NULL)
@@ -611,6 +611,8 @@ int fb_sandbox_open(struct fb_core *core, const char *tenant, const char *id, st
     cleanup_json json_t *spec = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
     const char *wd = json_string_value(json_object_get(spec, "workdir"));
     fb_strlcpy(h->workdir, wd ? wd : "/", sizeof h->workdir);
+    const char *user = json_string_value(json_object_get(spec, "user"));
+    fb_strlcpy(h->user, user ? user : "root", sizeof h->user);
     json_t *env = json_object_get(spec, "env");
     h->env = json_is_object(env) ? json_incref(env) : json_object();
     return 0;

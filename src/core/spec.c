@@ -298,7 +298,7 @@ static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_
 {
     static const char *const fields[] = {"template",     "ttl",        "on_expire", "labels",
                                          "env",          "workdir",    "resources", "network",
-                                         "idle_timeout", "checkpoint", NULL};
+                                         "idle_timeout", "checkpoint", "user",      NULL};
     if (!json_is_object(body))
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "request body must be a JSON object");
     if (check_fields(body, fields, "", err) < 0)
@@ -351,8 +351,18 @@ static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_
     if (!is_null_or_absent(v) && parse_env(v, &s->env, err) < 0)
         return -1;
     v = json_object_get(body, "workdir");
-    if (!is_null_or_absent(v) && get_path(v, "workdir", s->workdir, sizeof s->workdir, err) < 0)
-        return -1;
+    if (!is_null_or_absent(v)) {
+        if (get_path(v, "workdir", s->workdir, sizeof s->workdir, err) < 0)
+            return -1;
+        s->workdir_set = true;
+    }
+    v = json_object_get(body, "user");
+    if (!is_null_or_absent(v)) {
+        const char *u;
+        if (get_string(v, "user", FB_USER_MAX, false, &u, err) < 0 || fb_user_check(u, err) < 0)
+            return -1;
+        strcpy(s->user, u);
+    }
     v = json_object_get(body, "resources");
     if (!is_null_or_absent(v) && parse_resources(v, &s->res, err) < 0)
         return -1;
@@ -416,6 +426,8 @@ json_t *fb_create_spec_to_json(const struct fb_create_spec *s)
                           (json_int_t)s->res.disk_mb, "network", "mode", s->network_mode, "allow", allow);
     if (o != NULL && s->checkpoint[0] != '\0')
         json_object_set_new(o, "checkpoint", json_string(s->checkpoint));
+    if (o != NULL && s->user[0] != '\0')
+        json_object_set_new(o, "user", json_string(s->user));
     return o;
 }
 
@@ -477,7 +489,7 @@ static int parse_argv(json_t *cmd, struct fb_exec_spec *s, fb_error_t *err)
 
 /* A passwd name ([A-Za-z0-9._-], optionally ending in '$', not starting with
  * '-') or a decimal uid the sandbox maps (0..65535). */
-static int check_user(const char *u, fb_error_t *err)
+int fb_user_check(const char *u, fb_error_t *err)
 {
     size_t len = strlen(u);
     bool digits = true;
@@ -529,7 +541,7 @@ static int parse_exec_fields(json_t *body, struct fb_exec_spec *s, fb_error_t *e
     v = json_object_get(body, "user");
     if (!is_null_or_absent(v)) {
         const char *u;
-        if (get_string(v, "user", FB_USER_MAX, false, &u, err) < 0 || check_user(u, err) < 0)
+        if (get_string(v, "user", FB_USER_MAX, false, &u, err) < 0 || fb_user_check(u, err) < 0)
             return -1;
         strcpy(s->user, u);
     }
@@ -570,7 +582,7 @@ int fb_exec_spec_parse(json_t *body, struct fb_exec_spec *out, fb_error_t *err)
     cleanup_exec_spec struct fb_exec_spec s = {
         .timeout_ms = (int64_t)FB_TIMEOUT_DEFAULT * 1000,
         .max_output = FB_OUTPUT_DEFAULT,
-        .user = "root",
+        .user = "", /* the sandbox's default user */
     };
     memset(out, 0, sizeof *out);
     if (body == NULL)

@@ -49,6 +49,8 @@ struct fb_create_spec {
     json_t *env;                                  /* owned: object of string -> string */
     json_t *allow;                                /* owned: array of canonical allowlist entries */
     char workdir[4096];                           /* absolute normalised path, default "/root" */
+    bool workdir_set;                             /* not stored: the request named a workdir */
+    char user[FB_USER_MAX + 1];                   /* who commands run as by default; "": root */
     struct fb_resources res;
     char network_mode[FB_NET_MODE_MAX]; /* "none" or "open" ("allowlist": 501 for now) */
     /* "ckpt_" + 16 hex: the files come from this checkpoint ("": none).  In
@@ -90,7 +92,7 @@ struct fb_exec_spec {
     size_t argc;
     json_t *env;                /* owned: object string -> string (merged over the sandbox env) */
     char cwd[4096];             /* empty: the sandbox workdir */
-    char user[FB_USER_MAX + 1]; /* name or decimal uid; default "root" */
+    char user[FB_USER_MAX + 1]; /* name or decimal uid; "": the sandbox's user (root unless set) */
     int64_t timeout_ms;         /* 1 ms .. FB_TIMEOUT_MAX s, default FB_TIMEOUT_DEFAULT s */
     int64_t max_output;         /* bytes kept per stream, default FB_OUTPUT_DEFAULT, max FB_OUTPUT_MAX */
     char *stdin_data;           /* owned, may be NULL */
@@ -100,6 +102,10 @@ struct fb_exec_spec {
 /* Parses a POST .../exec body. */
 int fb_exec_spec_parse(json_t *body, struct fb_exec_spec *out, fb_error_t *err);
 void fb_exec_spec_clear(struct fb_exec_spec *s);
+
+/* Validates a user for exec or a sandbox default: a passwd name or a
+ * decimal uid below 65536.  400 naming field otherwise. */
+int fb_user_check(const char *u, fb_error_t *err);
 
 /* Validates a template name ([a-z0-9][a-z0-9._-]{0,62}). */
 int fb_template_name_check(const char *name, fb_error_t *err);

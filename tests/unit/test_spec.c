@@ -542,7 +542,7 @@ static void test_exec_defaults_and_argv(void **state)
     assert_null(s.argv[3]);
     assert_int_equal(s.timeout_ms, 60000);
     assert_int_equal(s.max_output, FB_OUTPUT_DEFAULT);
-    assert_string_equal(s.user, "root");
+    assert_string_equal(s.user, ""); /* the sandbox's default user */
     assert_string_equal(s.cwd, "");
     assert_true(json_is_object(s.env) && json_object_size(s.env) == 0);
     assert_null(s.stdin_data);
@@ -557,7 +557,7 @@ static void test_exec_defaults_and_argv(void **state)
     assert_string_equal(s.argv[3], "/");
     assert_null(s.argv[4]);
     assert_int_equal(s.timeout_ms, 60000);
-    assert_string_equal(s.user, "root");
+    assert_string_equal(s.user, "");
     fb_exec_spec_clear(&s);
     assert_null(s.argv);
     assert_int_equal(s.argc, 0);
