@@ -189,6 +189,11 @@ struct MHD_Response *fb_h_template_import(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_delete(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_template_get(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_templates_gc(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_template_build(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_template_create(struct fb_req *r, unsigned *status);
+/* Waits until every build thread has finished (after the server stopped,
+ * they see the core stopping and wind down). */
+void fb_api_builds_wait(void);
 
 struct MHD_Response *fb_h_port_proxy(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_shares_create(struct fb_req *r, unsigned *status);

@@ -502,6 +502,8 @@ void fb_api_stop(struct fb_api *api)
     /* MHD waits for upgraded connections to be closed by their relays;
      * streams and relays notice this within half a second */
     atomic_store(&api->stopping, true);
+    if (api->core != NULL)
+        fb_core_signal_stop(api->core); /* builds and their streams stop too */
     for (int i = 0; i < 100 && atomic_load(&api->relays) > 0; i++)
         usleep(50 * 1000);
     if (api->unix_daemon)
@@ -509,4 +511,5 @@ void fb_api_stop(struct fb_api *api)
     if (api->tcp_daemon)
         MHD_stop_daemon(api->tcp_daemon);
     api->unix_daemon = api->tcp_daemon = NULL;
+    fb_api_builds_wait();
 }

@@ -1,6 +1,7 @@
 /* Route table: the whole v1 surface at a glance. */
 #include <string.h>
 
+#include "../core/build.h"
 #include "../core/ckptfmt.h"
 #include "../core/code.h"
 #include "../core/procs.h"
@@ -40,7 +41,9 @@ static const struct fb_route routes[] = {
     {"PUT", "/v1/sandboxes/{}/archive", FB_BODY_SPOOL, true, fb_h_archive_put},
     {"GET", "/v1/templates", FB_BODY_NONE, true, fb_h_templates_list},
     {"PUT", "/v1/templates/{}/import", FB_BODY_SPOOL, true, fb_h_template_import},
+    {"POST", "/v1/templates", FB_BODY_JSON, true, fb_h_template_create, FB_BUILD_DOCKERFILE_MAX + 65536},
     {"POST", "/v1/templates/gc", FB_BODY_NONE, true, fb_h_templates_gc},
+    {"POST", "/v1/templates/{}/build", FB_BODY_SPOOL, true, fb_h_template_build, FB_BUILD_CONTEXT_MAX},
     {"GET", "/v1/templates/{}", FB_BODY_NONE, true, fb_h_template_get},
     {"DELETE", "/v1/templates/{}", FB_BODY_NONE, true, fb_h_template_delete},
     {"POST", "/v1/sandboxes/{}/processes", FB_BODY_JSON, true, fb_h_proc_start, 4u << 20},

@@ -158,6 +158,8 @@ int fb_cmd_attach(struct fb_cli *cli, int argc, char **argv);
 
 /* Template commands (commands_template.c) */
 int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);
+/* template build (commands_build.c) */
+int fb_cmd_template_build(struct fb_cli *cli, int argc, char **argv);
 /* Checkpoints (commands_checkpoint.c) */
 int fb_cmd_checkpoint(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_checkpoints(struct fb_cli *cli, int argc, char **argv);

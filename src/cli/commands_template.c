@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/output.h"
+#include "cli/tarball.h"
 #include "common/cleanup.h"
 #include "common/json_util.h"
 
@@ -44,23 +45,31 @@ static int template_ls(struct fb_cli *cli, int argc, char **argv)
         fb_print_json(ans);
         return FB_EXIT_OK;
     }
-    static const char *const head[] = {"NAME", "SOURCE", "CREATED", "SIZE"};
+    static const char *const head[] = {"NAME", "SOURCE", "CREATED", "SIZE", "LAYERS", "SHARED"};
     cleanup_table struct fb_table t = {0};
-    if (fb_table_init(&t, 4, head) < 0)
+    if (fb_table_init(&t, 6, head) < 0)
         return FB_EXIT_FAIL;
     size_t i;
     json_t *tpl;
     json_array_foreach(json_object_get(ans, "templates"), i, tpl)
     {
-        char created[64], size[32];
+        char created[64], size[32], layers[16], shared[32] = "-";
         fb_format_ago(json_string_value(json_object_get(tpl, "created_at")), created, sizeof created);
         json_t *bytes = json_object_get(tpl, "size_bytes");
         if (json_is_integer(bytes))
             fb_format_bytes((uint64_t)json_integer_value(bytes), size, sizeof size);
         else
             snprintf(size, sizeof size, "-");
+        snprintf(layers, sizeof layers, "%zu", json_array_size(json_object_get(tpl, "layers")));
+        json_t *sb = json_object_get(tpl, "shared_bytes");
+        if (json_is_integer(sb))
+            fb_format_bytes((uint64_t)json_integer_value(sb), shared, sizeof shared);
         const char *row[] = {json_string_value(json_object_get(tpl, "name")),
-                             json_string_value(json_object_get(tpl, "source")), created, size};
+                             json_string_value(json_object_get(tpl, "source")),
+                             created,
+                             size,
+                             layers,
+                             shared};
         if (fb_table_add(&t, row) < 0)
             return FB_EXIT_FAIL;
     }
@@ -68,11 +77,20 @@ static int template_ls(struct fb_cli *cli, int argc, char **argv)
     return FB_EXIT_OK;
 }
 
+static const struct option import_longopts[] = {
+    {"ref", required_argument, NULL, 'r'},
+    {NULL, 0, NULL, 0},
+};
+
 static const struct fb_command import_cmd = {
     .name = "template import",
-    .usage = "Usage: forkbox template import NAME FILE.tar\n"
-             "Imports a root filesystem tarball (plain, gzip, xz or zstd; e.g. from\n"
-             "`podman export`) as template NAME.  FILE - reads stdin.\n",
+    .usage = "Usage: forkbox template import [--ref REF] NAME FILE.tar|DIR\n"
+             "Imports an image as template NAME: an OCI image layout (a dir, or a tar such as\n"
+             "`podman save --format oci-archive`), a docker-archive (`docker save`, `podman\n"
+             "save`), or a root filesystem tarball (plain, gzip, xz or zstd; e.g. from\n"
+             "`podman export`).  FILE - reads stdin.  --ref picks one image of several\n"
+             "(a tag, or an OCI ref name).\n",
+    .longopts = import_longopts,
 };
 
 static int template_import(struct fb_cli *cli, int argc, char **argv)
@@ -80,9 +98,13 @@ static int template_import(struct fb_cli *cli, int argc, char **argv)
     struct fb_args a;
     fb_args_init(&a, cli, &import_cmd, argc, argv);
     int c;
-    while ((c = fb_args_next(&a)) != -1)
+    const char *ref = NULL;
+    while ((c = fb_args_next(&a)) != -1) {
         if (c == FB_ARGS_EXIT)
             return a.exit_code;
+        if (c == 'r')
+            ref = optarg;
+    }
     if (argc - optind != 2)
         return fb_usage_error(&import_cmd, "expected a template name and a tarball");
     const char *name = argv[optind], *file = argv[optind + 1];
@@ -91,18 +113,29 @@ static int template_import(struct fb_cli *cli, int argc, char **argv)
 
     cleanup_error fb_error_t err = NULL;
     bool from_stdin = strcmp(file, "-") == 0;
-    cleanup_fclose FILE *owned = from_stdin ? NULL : fopen(file, "rbe");
-    FILE *f = from_stdin ? stdin : owned;
     struct stat st;
+    cleanup_fclose FILE *owned = NULL;
+    if (!from_stdin && stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        /* an OCI layout dir travels as the tar of itself */
+        long count = 0;
+        owned = fb_temp_file(&err);
+        if (owned == NULL || fb_tar_create(file, owned, &count, &err) < 0 || fflush(owned) != 0 ||
+            fseek(owned, 0, SEEK_SET) < 0)
+            return fb_fail(&err);
+    } else if (!from_stdin) {
+        owned = fopen(file, "rbe");
+    }
+    FILE *f = from_stdin ? stdin : owned;
     if (f == NULL || fstat(fileno(f), &st) < 0) {
         fb_error_sys(&err, "open %s", file);
         return fb_fail(&err);
     }
-    if (S_ISDIR(st.st_mode)) {
-        fb_error_set(&err, FB_ERR_BAD_REQUEST, 0, "%s is a directory, not a tarball", file);
-        return fb_fail(&err);
-    }
-    cleanup_free char *path = template_path(name, "/import");
+    cleanup_free char *base = template_path(name, "/import");
+    cleanup_free char *esc = ref ? fb_client_escape(ref) : NULL;
+    char *path = NULL;
+    if (base == NULL || (ref && esc == NULL) ||
+        asprintf(&path, "%s%s%s", base, ref ? "?ref=" : "", ref ? esc : "") < 0)
+        return FB_EXIT_FAIL;
     cleanup_free char *label = NULL;
     if (path == NULL || asprintf(&label, "importing %s", name) < 0)
         return FB_EXIT_FAIL;
@@ -128,7 +161,71 @@ static int template_import(struct fb_cli *cli, int argc, char **argv)
     json_t *bytes = json_object_get(tpl, "size_bytes");
     if (json_is_integer(bytes))
         fb_format_bytes((uint64_t)json_integer_value(bytes), size, sizeof size);
-    printf("imported template %s%s%s%s\n", name, size[0] ? " (" : "", size, size[0] ? ")" : "");
+    printf("imported template %s (%s, %zu layers%s%s)\n", name,
+           json_string_value(json_object_get(tpl, "source")), json_array_size(json_object_get(tpl, "layers")),
+           size[0] ? ", " : "", size);
+    free(path);
+    return FB_EXIT_OK;
+}
+
+static const struct fb_command inspect_cmd = {
+    .name = "template inspect",
+    .usage = "Usage: forkbox template inspect NAME\n"
+             "Prints a template as JSON: its layers (and which other templates share them),\n"
+             "its image defaults, and the sandboxes and checkpoints that use it.\n",
+};
+
+static int template_inspect(struct fb_cli *cli, int argc, char **argv)
+{
+    struct fb_args a;
+    fb_args_init(&a, cli, &inspect_cmd, argc, argv);
+    int c;
+    while ((c = fb_args_next(&a)) != -1)
+        if (c == FB_ARGS_EXIT)
+            return a.exit_code;
+    if (argc - optind != 1 || !fb_valid_name(argv[optind]))
+        return fb_usage_error(&inspect_cmd, "expected one template name");
+    cleanup_error fb_error_t err = NULL;
+    struct fb_client *client;
+    cleanup_json json_t *ans = NULL;
+    cleanup_free char *path = template_path(argv[optind], "");
+    if (path == NULL || fb_cli_client(cli, &client, &err) < 0 ||
+        fb_client_json(client, "GET", path, NULL, &ans, &err) < 0)
+        return path == NULL ? FB_EXIT_FAIL : fb_fail(&err);
+    fb_print_json(ans);
+    return FB_EXIT_OK;
+}
+
+static const struct fb_command gc_cmd = {
+    .name = "template gc",
+    .usage = "Usage: forkbox template gc\n"
+             "Removes stored layers no template uses any more (and their build-cache entries).\n",
+};
+
+static int template_gc(struct fb_cli *cli, int argc, char **argv)
+{
+    struct fb_args a;
+    fb_args_init(&a, cli, &gc_cmd, argc, argv);
+    int c;
+    while ((c = fb_args_next(&a)) != -1)
+        if (c == FB_ARGS_EXIT)
+            return a.exit_code;
+    if (optind < argc)
+        return fb_usage_error(&gc_cmd, "unexpected argument '%s'", argv[optind]);
+    cleanup_error fb_error_t err = NULL;
+    struct fb_client *client;
+    cleanup_json json_t *ans = NULL;
+    if (fb_cli_client(cli, &client, &err) < 0 ||
+        fb_client_json(client, "POST", "/v1/templates/gc", NULL, &ans, &err) < 0)
+        return fb_fail(&err);
+    if (cli->json) {
+        fb_print_json(ans);
+        return FB_EXIT_OK;
+    }
+    char freed[32];
+    fb_format_bytes((uint64_t)json_integer_value(json_object_get(ans, "freed_bytes")), freed, sizeof freed);
+    printf("removed %lld layer(s), %s\n",
+           (long long)json_integer_value(json_object_get(ans, "removed_layers")), freed);
     return FB_EXIT_OK;
 }
 
@@ -169,11 +266,15 @@ static int template_rm(struct fb_cli *cli, int argc, char **argv)
     return rc;
 }
 
-static const char template_usage[] = "Usage: forkbox template COMMAND\n"
-                                     "\n"
-                                     "  ls                    list templates\n"
-                                     "  import NAME FILE.tar  import a root filesystem tarball\n"
-                                     "  rm NAME...            delete templates\n";
+static const char template_usage[] =
+    "Usage: forkbox template COMMAND\n"
+    "\n"
+    "  ls                    list templates (size, layers, bytes shared)\n"
+    "  import NAME FILE|DIR  import an OCI layout, docker-archive or rootfs tar\n"
+    "  build -t NAME DIR     build a template from DIR/Dockerfile\n"
+    "  inspect NAME          show a template's layers, defaults and users\n"
+    "  rm NAME...            delete templates (not while in use)\n"
+    "  gc                    remove layers no template uses\n";
 
 int fb_cmd_template(struct fb_cli *cli, int argc, char **argv)
 {
@@ -181,9 +282,9 @@ int fb_cmd_template(struct fb_cli *cli, int argc, char **argv)
         const char *name;
         int (*fn)(struct fb_cli *, int, char **);
     } subs[] = {
-        {"ls", template_ls},
-        {"list", template_ls},
-        {"import", template_import},
+        {"ls", template_ls},           {"list", template_ls},
+        {"import", template_import},   {"build", fb_cmd_template_build},
+        {"inspect", template_inspect}, {"gc", template_gc},
         {"rm", template_rm},
     };
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

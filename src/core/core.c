@@ -18,6 +18,7 @@
 #include "../runtime/disk.h"
 #include "core.h"
 #include "files.h"
+#include "build.h"
 #include "internal.h"
 #include "layers.h"
 
@@ -163,6 +164,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     }
     if (fb_pool_start(core, err) < 0 || fb_core_readopt(core, err) < 0)
         return -1;
+    fb_build_remove_orphans(core);
     if (fb_core_templates_init(core, err) < 0)
         return -1;
     return fb_core_reaper_start(core, err);

@@ -195,6 +195,10 @@ int fb_sandbox_finish_deletes(struct fb_core *core);
 /* Deletes expired sandboxes; called by the reaper thread, exposed for tests. */
 void fb_sandbox_reap_expired(struct fb_core *core);
 
+/* Tells every background thread of the core, and every build, to finish
+ * (they are joined by their own stop functions).  Idempotent. */
+void fb_core_signal_stop(struct fb_core *core);
+
 /* ---- templates ---- */
 /* Every template with its size, layers and how many templates share each
  * layer.  *out is the caller's. */

@@ -42,4 +42,10 @@ int fb_sandbox_export_image(struct fb_core *core, const char *tenant, const char
 int fb_template_layer(struct fb_core *core, const char *name, char *path, size_t pathlen, char digest[80],
                       int64_t *size, fb_error_t *err);
 
+/* The sandbox's writable layer as an OCI layer tar into spool, taken
+ * frozen (a paused one already is) and synced, under pause_lock like a
+ * checkpoint; row gets the sandbox's row (caller clears it). */
+int fb_sandbox_layer_tar(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
+                         int spool, int64_t *size, char sha[65], fb_error_t *err);
+
 #endif

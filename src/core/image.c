@@ -437,10 +437,12 @@ static json_t *diff_ids(json_t *config, size_t want, fb_error_t *err)
 
 /* The digest a docker-archive member name carries ("HEX.json",
  * "blobs/sha256/HEX"), or "" when it carries none. */
-static void name_digest(const char *name, char out[FB_LAYER_DIGEST_MAX])
+static void name_digest(const char *raw, char out[FB_LAYER_DIGEST_MAX])
 {
-    char d[FB_LAYER_DIGEST_MAX];
+    char d[FB_LAYER_DIGEST_MAX], name[MEMBER_NAME_MAX];
     out[0] = '\0';
+    if (fb_strlcpy(name, raw, sizeof name) < 0)
+        return;
     const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
     if (strncmp(name, "blobs/sha256/", 13) == 0 && strchr(name + 13, '/') == NULL)
         snprintf(d, sizeof d, "sha256:%.64s", name + 13);

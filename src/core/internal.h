@@ -121,10 +121,6 @@ void fb_net_row_mode(const struct fb_sandbox_row *row, char mode[FB_NET_MODE_MAX
  * host_settings}.  New reference. */
 json_t *fb_core_posture(struct fb_core *core);
 
-/* Tells every background thread of the core to finish (they are joined by
- * their own stop functions). */
-void fb_core_signal_stop(struct fb_core *core);
-
 /* Tenant name the warm pool's sandboxes belong to; client tenants cannot
  * start with '_'. */
 #define FB_POOL_TENANT "_pool"
@@ -138,6 +134,12 @@ int fb_core_reserve_row(struct fb_core *core, struct fb_sandbox_row *row, bool i
 int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const char *rootfs,
                       const struct fb_create_spec *spec, fb_error_t *err);
 int fb_core_make_workdir(const char *sock, const char *workdir, fb_error_t *err);
+/* A sandbox on rootfs (a build's stage, not a registered template): no
+ * warm pool, no template lookup; spec->template_name is only recorded. */
+int fb_sandbox_create_on(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                         const char *rootfs, json_t **out, fb_error_t *err);
+/* Tenant of template builds' step sandboxes (see FB_POOL_TENANT). */
+#define FB_BUILD_TENANT "_build"
 
 /* ---- the capture gate (gate.c) ---- */
 #define FB_GATE_WAIT_MS 30000

@@ -152,12 +152,17 @@ static int copy_dir_meta(int fd, const struct stat *st, fb_error_t *err)
     return 0;
 }
 
-/* Stacks src onto dst.  layer: src is a layer (whiteouts and opaque
- * markers act); else it is a plain tree linked as it is. */
-static int stack_dir(int src, int dst, bool layer, int depth, fb_error_t *err);
+/* How a tree is stacked: as a layer (whiteouts and opaque markers act;
+ * else it is a plain tree linked as it is), and whether dirs already there
+ * keep their owner and mode (a COPY's parent dirs must not reset /tmp). */
+#define STACK_LAYER 1
+#define STACK_KEEP_DIRS 2
 
-static int stack_entry(int src, int dst, const char *name, bool layer, int depth, fb_error_t *err)
+static int stack_dir(int src, int dst, int how, int depth, fb_error_t *err);
+
+static int stack_entry(int src, int dst, const char *name, int how, int depth, fb_error_t *err)
 {
+    bool layer = how & STACK_LAYER;
     struct stat st, cur;
     if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return fb_error_sys(err, "stat %s", name);
@@ -184,12 +189,14 @@ static int stack_entry(int src, int dst, const char *name, bool layer, int depth
     if (dfd < 0)
         return fb_error_sys(err, "open %s", name);
     if ((opaque && exists && S_ISDIR(cur.st_mode) && empty_dir(dfd, depth, err) < 0) ||
-        stack_dir(sfd, dfd, layer, depth + 1, err) < 0)
+        stack_dir(sfd, dfd, how, depth + 1, err) < 0)
         return -1;
+    if ((how & STACK_KEEP_DIRS) && exists && S_ISDIR(cur.st_mode))
+        return 0;
     return copy_dir_meta(dfd, &st, err); /* last: the walk changed its times */
 }
 
-static int stack_dir(int src, int dst, bool layer, int depth, fb_error_t *err)
+static int stack_dir(int src, int dst, int how, int depth, fb_error_t *err)
 {
     if (depth > TREE_DEPTH_MAX)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "tree deeper than %d levels", TREE_DEPTH_MAX);
@@ -206,7 +213,7 @@ static int stack_dir(int src, int dst, bool layer, int depth, fb_error_t *err)
     while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        rc = stack_entry(src, dst, de->d_name, layer, depth, err);
+        rc = stack_entry(src, dst, de->d_name, how, depth, err);
     }
     if (rc == 0 && errno != 0)
         rc = fb_error_sys(err, "read dir");
@@ -219,12 +226,12 @@ int fb_tree_link(int src_fd, int dst_fd, fb_error_t *err)
     struct stat st;
     if (fstat(src_fd, &st) < 0)
         return fb_error_sys(err, "stat");
-    if (stack_dir(src_fd, dst_fd, false, 0, err) < 0)
+    if (stack_dir(src_fd, dst_fd, 0, 0, err) < 0)
         return -1;
     return copy_dir_meta(dst_fd, &st, err);
 }
 
-int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, fb_error_t *err)
+int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, bool keep_dirs, fb_error_t *err)
 {
     char dir[PATH_MAX];
     if (!fb_layer_digest_valid(digest) || layer_dir(core, digest, dir, sizeof dir) < 0)
@@ -233,7 +240,7 @@ int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, fb_erro
     if (src < 0)
         return errno == ENOENT ? fb_error_set(err, FB_ERR_NOT_FOUND, 0, "layer %s is not stored", digest)
                                : fb_error_sys(err, "open %s", dir);
-    if (stack_dir(src, dst_fd, true, 0, err) < 0)
+    if (stack_dir(src, dst_fd, STACK_LAYER | (keep_dirs ? STACK_KEEP_DIRS : 0), 0, err) < 0)
         return fb_error_wrap(err, "apply layer %.19s", digest);
     return 0;
 }

@@ -34,8 +34,9 @@ int fb_layer_add(struct fb_core *core, const char *tar_path, const char *expect,
 /* Applies stored layer digest onto the tree open at dst_fd, the way
  * overlayfs would stack it: whiteouts remove, opaque dirs hide what was
  * below, anything else replaces; files are hard-linked, never copied.
- * FB_ERR_NOT_FOUND when the layer is not stored. */
-int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, fb_error_t *err);
+ * keep_dirs: dirs already in the tree keep their owner, mode and times
+ * (a COPY layer's parents).  FB_ERR_NOT_FOUND when it is not stored. */
+int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, bool keep_dirs, fb_error_t *err);
 
 /* Hard-links the tree below src_fd into dst_fd (an empty dir): dirs are
  * made anew with the same owners, modes and times, everything else is

@@ -135,7 +135,7 @@ int fb_template_layer(struct fb_core *core, const char *name, char *path, size_t
 
 /* The sandbox's writable layer into spool, frozen (a paused one already
  * is) and synced, under pause_lock like a checkpoint. */
-static int sandbox_layer(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
+int fb_sandbox_layer_tar(struct fb_core *core, const char *tenant, const char *id, struct fb_sandbox_row *row,
                          int spool, int64_t *size, char sha[65], fb_error_t *err)
 {
     pthread_mutex_lock(&core->pause_lock);
@@ -236,7 +236,7 @@ int fb_sandbox_export_image(struct fb_core *core, const char *tenant, const char
         return fb_error_sys(err, "create %s", spool_path);
     unlink(spool_path);
     char hex[65];
-    if (sandbox_layer(core, tenant, id, &row, spool, &usize, hex, err) < 0)
+    if (fb_sandbox_layer_tar(core, tenant, id, &row, spool, &usize, hex, err) < 0)
         return fb_error_wrap(err, "export sandbox %s", id);
     fb_snprintf(udigest, sizeof udigest, "sha256:%s", hex);
 

@@ -279,6 +279,17 @@ int fb_sandbox_create(struct fb_core *core, const char *tenant, const struct fb_
     return 0;
 }
 
+int fb_sandbox_create_on(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                         const char *rootfs, json_t **out, fb_error_t *err)
+{
+    cleanup_row struct fb_sandbox_row row = {0};
+    if (fb_core_new_row(tenant, spec, &row, err) < 0 || fb_core_reserve_row(core, &row, true, err) < 0 ||
+        fb_core_start_row(core, &row, rootfs, spec, err) < 0)
+        return -1;
+    *out = row_to_json(&row);
+    return 0;
+}
+
 /* A stored row that clients may still see: one being deleted is gone. */
 /* A sandbox recorded as running whose init is gone (killed from the host,
  * or the host restarted under a daemon that was not there to see it) is

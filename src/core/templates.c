@@ -290,7 +290,7 @@ int fb_template_assemble(struct fb_core *core, const char *dir, const char *base
     json_array_foreach(layers, i, v)
     {
         if (rc == 0)
-            rc = fb_layer_apply(core, json_string_value(v), dst, err);
+            rc = fb_layer_apply(core, json_string_value(v), dst, false, err);
     }
     if (rc == 0 && rename(tmp, rootfs) < 0)
         rc = fb_error_sys(err, "rename %s", tmp);

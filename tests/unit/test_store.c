@@ -529,6 +529,7 @@ static void test_templates(void **state)
     assert_string_equal(out.source, "import");
     assert_int_equal(out.created_ms, 10);
     assert_int_equal(out.size_bytes, 1234);
+    fb_template_row_clear(&out);
 
     /* put replaces. */
     a = tpl("python", "debootstrap", 30, 999);
@@ -537,19 +538,20 @@ static void test_templates(void **state)
     assert_string_equal(out.source, "debootstrap");
     assert_int_equal(out.created_ms, 30);
     assert_int_equal(out.size_bytes, 999);
+    fb_template_row_clear(&out);
 
     assert_int_equal(fb_store_template_list(f->s, &rows, &n, &err), 0);
     assert_int_equal(n, 2);
     assert_string_equal(rows[0].name, "default");
     assert_string_equal(rows[1].name, "python");
-    free(rows);
+    fb_template_rows_free(rows, n);
 
     assert_int_equal(fb_store_template_delete(f->s, "python", &err), 0);
     expect_kind(fb_store_template_delete(f->s, "python", &err), &err, FB_ERR_NOT_FOUND);
     expect_kind(fb_store_template_get(f->s, "python", &out, &err), &err, FB_ERR_NOT_FOUND);
     assert_int_equal(fb_store_template_list(f->s, &rows, &n, &err), 0);
     assert_int_equal(n, 1);
-    free(rows);
+    fb_template_rows_free(rows, n);
 
     struct fb_template_row unnamed = tpl("", "import", 1, 1);
     expect_kind(fb_store_template_put(f->s, &unnamed, &err), &err, FB_ERR_BAD_REQUEST);
@@ -579,6 +581,7 @@ static void test_reopen_persists(void **state)
     struct fb_template_row out;
     assert_int_equal(fb_store_template_get(f->s, "default", &out, &err), 0);
     assert_int_equal(out.size_bytes, 2);
+    fb_template_row_clear(&out);
 }
 
 static void test_spec_unicode(void **state)
