@@ -196,7 +196,7 @@ def daemon():
     # the storage pool's binds (and layers mounted below them) go first:
     # their contents are deleted with the pool file below
     unmount_under(os.path.join(STATE, "sandboxes"), os.path.join(STATE, "checkpoints"),
-                  os.path.join(STATE, "storage.mnt"))
+                  os.path.join(STATE, "storage.mnt"), os.path.join(STATE, "volumes"))
     for name in os.listdir(STATE):
         # the lock file stays: a daemon still running on this state dir
         # holds a flock on that very inode

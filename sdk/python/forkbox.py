@@ -12,9 +12,11 @@ Standard library only. Talks HTTP+JSON to forkboxd over its unix socket
         print(sb.read("/root/data.txt"))
 """
 import http.client
+import io
 import json
 import os
 import socket
+import tarfile
 import urllib.parse
 
 __all__ = ["Forkbox", "Sandbox", "ForkboxError"]
@@ -101,6 +103,62 @@ class Forkbox:
         q = [("label", "%s=%s" % kv) for kv in labels.items()]
         path = "/v1/sandboxes" + ("?" + urllib.parse.urlencode(q) if q else "")
         return self.request("GET", path)["sandboxes"]
+
+    # templates
+    def templates(self):
+        return self.request("GET", "/v1/templates")["templates"]
+
+    def import_template(self, name, archive, ref=None):
+        """archive: bytes or a path to an OCI layout / docker-archive / rootfs tar."""
+        data = archive if isinstance(archive, bytes) else open(archive, "rb").read()
+        return self.request("PUT", "/v1/templates/%s/import" % name, raw=data,
+                            query={"ref": ref} if ref else None)
+
+    def build_template(self, name, context_dir, dockerfile="Dockerfile", network=None, build_args=None,
+                       no_cache=False, on_event=None):
+        """Builds name from context_dir; on_event(ev) sees every progress event.
+        Returns the template, or raises ForkboxError with the failing step's message."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            t.add(context_dir, arcname=".")
+        q = {"dockerfile": dockerfile}
+        if network:
+            q["network"] = network
+        if build_args:
+            q["build_args"] = json.dumps(build_args)
+        if no_cache:
+            q["no_cache"] = "1"
+        body = self.request("POST", "/v1/templates/%s/build" % name, raw=buf.getvalue(), query=q)
+        last = None
+        for line in body.decode().splitlines():
+            if not line.strip():
+                continue
+            last = json.loads(line)
+            if on_event:
+                on_event(last)
+        if last is None or last.get("type") != "done":
+            msg = last.get("message", "build failed") if last else "the build's stream ended early"
+            raise ForkboxError(400, last.get("code", "bad_request") if last else "internal", msg)
+        return last["template"]
+
+    def delete_template(self, name):
+        self.request("DELETE", "/v1/templates/%s" % name)
+
+    def gc_templates(self):
+        return self.request("POST", "/v1/templates/gc")
+
+    # volumes
+    def create_volume(self, name, size_mb=None):
+        body = {"name": name}
+        if size_mb is not None:
+            body["size_mb"] = size_mb
+        return self.request("POST", "/v1/volumes", body)
+
+    def volumes(self):
+        return self.request("GET", "/v1/volumes")["volumes"]
+
+    def delete_volume(self, name):
+        self.request("DELETE", "/v1/volumes/%s" % name)
 
 
 class Sandbox:

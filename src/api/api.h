@@ -195,6 +195,14 @@ struct MHD_Response *fb_h_template_create(struct fb_req *r, unsigned *status);
  * they see the core stopping and wind down). */
 void fb_api_builds_wait(void);
 
+/* volumes.c */
+struct MHD_Response *fb_h_volume_create(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_list(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_delete(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_archive_get(struct fb_req *r, unsigned *status);
+struct MHD_Response *fb_h_volume_archive_put(struct fb_req *r, unsigned *status);
+
 struct MHD_Response *fb_h_port_proxy(struct fb_req *r, unsigned *status);
 struct MHD_Response *fb_h_shares_create(struct fb_req *r, unsigned *status);
 /* For share_auth routes without Authorization: accepts a valid share

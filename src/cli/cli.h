@@ -112,7 +112,8 @@ extern const struct option fb_create_longopts[];
     "      --network MODE    none (default: loopback only), open or allowlist (see docs/network.md)\n"       \
     "      --allow ENTRY     allowlist entry, e.g. pypi.org, *.github.com, 203.0.113.0/24:443\n"             \
     "                        (repeatable; implies --network allowlist)\n"                                    \
-    "      --checkpoint C    start from the files of checkpoint C (its template)\n"
+    "      --checkpoint C    start from the files of checkpoint C (its template)\n"                          \
+    "      --volume V:PATH[:ro]  mount volume V at PATH, read-only with :ro (repeatable)\n"
 
 /* "/v1/sandboxes/<id><suffix>" with id escaped; caller frees, NULL when out
  * of memory.  suffix may be "" or start with "/" or "?". */
@@ -155,6 +156,14 @@ int fb_cmd_kill(struct fb_cli *cli, int argc, char **argv);
 /* Interactive sessions over the attach WebSocket (commands_shell.c) */
 int fb_cmd_shell(struct fb_cli *cli, int argc, char **argv);
 int fb_cmd_attach(struct fb_cli *cli, int argc, char **argv);
+
+/* GETs path (a tar) into out, or stdout when NULL (never a terminal):
+ * written next to out and renamed when complete, so a failed download
+ * leaves no partial file.  Returns an exit code (commands_export.c). */
+int fb_cli_download(struct fb_cli *cli, const char *path, const char *out, const char *label);
+
+/* Volume commands (commands_volume.c) */
+int fb_cmd_volume(struct fb_cli *cli, int argc, char **argv);
 
 /* Template commands (commands_template.c) */
 int fb_cmd_template(struct fb_cli *cli, int argc, char **argv);

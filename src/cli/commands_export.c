@@ -24,9 +24,7 @@ static int file_sink(void *ctx, const char *content_type, const char *data, size
     return 0;
 }
 
-/* GETs path into out (or stdout): written next to out and renamed when
- * complete, so a failed download leaves no partial file. */
-static int download(struct fb_cli *cli, const char *path, const char *out, const char *label)
+int fb_cli_download(struct fb_cli *cli, const char *path, const char *out, const char *label)
 {
     cleanup_error fb_error_t err = NULL;
     if (out == NULL && isatty(STDOUT_FILENO)) {
@@ -102,7 +100,7 @@ int fb_cmd_checkpoint_export(struct fb_cli *cli, int argc, char **argv)
     cleanup_free char *path = NULL;
     if (esc == NULL || asprintf(&path, "/v1/checkpoints/%s/export", esc) < 0)
         return FB_EXIT_FAIL;
-    return download(cli, path, out, "exporting");
+    return fb_cli_download(cli, path, out, "exporting");
 }
 
 static const struct fb_command ckpt_import_cmd = {
@@ -202,5 +200,5 @@ int fb_cmd_export(struct fb_cli *cli, int argc, char **argv)
     cleanup_free char *path = NULL;
     if (base == NULL || asprintf(&path, "%s%s", base, format) < 0)
         return FB_EXIT_FAIL;
-    return download(cli, path, out, "exporting");
+    return fb_cli_download(cli, path, out, "exporting");
 }

@@ -27,6 +27,7 @@ enum {
     OPT_ALLOW,
     OPT_STATE,
     OPT_CHECKPOINT,
+    OPT_VOLUME,
 };
 
 const struct option fb_create_longopts[] = {
@@ -42,6 +43,7 @@ const struct option fb_create_longopts[] = {
     {"network", required_argument, NULL, OPT_NETWORK},
     {"allow", required_argument, NULL, OPT_ALLOW},
     {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {"volume", required_argument, NULL, OPT_VOLUME},
     {NULL, 0, NULL, 0},
 };
 
@@ -80,6 +82,25 @@ int fb_create_option(const struct fb_command *cmd, int c, const char *arg, json_
         if (json_object_set_new(body, "checkpoint", json_string(arg)) < 0)
             return fb_usage_error(cmd, "--checkpoint: not valid UTF-8");
         return 1;
+    case OPT_VOLUME: {
+        /* NAME:PATH[:ro]; the daemon judges name and path */
+        const char *colon = strchr(arg, ':');
+        if (colon == NULL || colon == arg || colon[1] == '\0')
+            return fb_usage_error(cmd, "--volume: expected NAME:/PATH[:ro], got '%s'", arg);
+        size_t plen = strlen(colon + 1);
+        bool ro = plen > 3 && strcmp(colon + 1 + plen - 3, ":ro") == 0;
+        bool rw = plen > 3 && strcmp(colon + 1 + plen - 3, ":rw") == 0;
+        if (ro || rw)
+            plen -= 3;
+        json_t *vols = json_object_get(body, "volumes");
+        if (vols == NULL && json_object_set_new(body, "volumes", vols = json_array()) < 0)
+            return fb_usage_error(cmd, "out of memory");
+        json_t *v = json_pack("{s:s%, s:s%, s:b}", "name", arg, (size_t)(colon - arg), "path", colon + 1,
+                              plen, "read_only", ro);
+        if (v == NULL || json_array_append_new(vols, v) < 0)
+            return fb_usage_error(cmd, "--volume: not valid UTF-8");
+        return 1;
+    }
     case OPT_TTL:
         if (fb_parse_i64(arg, 0, INT64_MAX / 1000, &n) < 0)
             return fb_usage_error(cmd, "--ttl: '%s' is not a number of seconds", arg);

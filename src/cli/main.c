@@ -66,6 +66,7 @@ static const char main_usage[] =
     "  export        write an image archive of a sandbox (podman load / docker load)\n"
     "Templates and daemon:\n"
     "  template      ls, import, rm root filesystem templates\n"
+    "  volume        create, ls, rm, download, upload persistent volumes\n"
     "  info          show what the daemon and host support\n"
     "  version       show client and daemon versions\n"
     "\n"
@@ -250,6 +251,8 @@ static const struct {
     {"pause", fb_cmd_pause},
     {"hibernate", fb_cmd_hibernate},
     {"resume", fb_cmd_resume},
+    {"volume", fb_cmd_volume},
+    {"volumes", fb_cmd_volume},
     {"template", fb_cmd_template},
     {"templates", fb_cmd_template},
     {"info", fb_cmd_info},

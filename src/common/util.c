@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -210,4 +211,20 @@ int64_t fb_du(const char *path)
     if (nftw(path, du_one, 32, FTW_PHYS | FTW_MOUNT) < 0)
         return -1;
     return du_total;
+}
+
+void fb_rm_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    size_t n = strlen(prefix);
+    while ((de = readdir(d)) != NULL) {
+        char path[4096];
+        if (strncmp(de->d_name, prefix, n) == 0 && strcmp(de->d_name, ".") != 0 &&
+            strcmp(de->d_name, "..") != 0 && fb_snprintf(path, sizeof path, "%s/%s", dir, de->d_name) == 0)
+            fb_rm_rf(path);
+    }
+    closedir(d);
 }

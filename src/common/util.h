@@ -47,6 +47,10 @@ int fb_read_file(const char *path, size_t max, char **out, size_t *outlen);
  * crossing into other mounts. Absent path is not an error. */
 int fb_rm_rf(const char *path);
 
+/* Removes (as fb_rm_rf) every entry of dir whose name starts with prefix:
+ * what an interrupted run left.  Absent dir is not an error. */
+void fb_rm_prefixed(const char *dir, const char *prefix);
+
 /* Size in bytes of a tree (no symlinks followed). */
 int64_t fb_du(const char *path);
 

@@ -185,7 +185,8 @@ static int through_symlink(json_t *links, const char *full, fb_error_t *err)
 
 /* One pass over the archive; with fd < 0 it only checks, else it sends
  * every entry to init's batch op. */
-static int tar_pass(const char *tar_path, const char *base, int fd, long *count, fb_error_t *err)
+static int tar_pass(const char *tar_path, const char *base, int fd, long long max_id, long *count,
+                    fb_error_t *err)
 {
     cleanup_archive_rd struct archive *a = open_tar(tar_path, err);
     if (a == NULL)
@@ -213,6 +214,10 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
         char full[FB_PATH_MAX + 1];
         if (fb_tar_entry_check(base, &te, full, sizeof full, err) < 0)
             return -1;
+        if (max_id >= 0 && (archive_entry_uid(ae) < 0 || archive_entry_uid(ae) > max_id ||
+                            archive_entry_gid(ae) < 0 || archive_entry_gid(ae) > max_id))
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "archive member %s: owner outside 0..%lld",
+                                te.name, max_id);
         if (fd < 0) {
             if (through_symlink(links, full, err) < 0)
                 return -1;
@@ -267,6 +272,11 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long *count,
     return 0;
 }
 
+int fb_archive_check(const char *tar_path, const char *base, long long max_id, long *count, fb_error_t *err)
+{
+    return tar_pass(tar_path, base, -1, max_id, count, err);
+}
+
 int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id, const char *path,
                        const char *tar_path, json_t **out, fb_error_t *err)
 {
@@ -277,7 +287,7 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
     if (fb_sandbox_open(core, tenant, id, &h, err) < 0)
         return -1;
     long count = 0;
-    if (tar_pass(tar_path, base, -1, &count, err) < 0)
+    if (tar_pass(tar_path, base, -1, -1, &count, err) < 0)
         return -1;
     /* the target directory itself, then the members */
     cleanup_json json_t *mk = fb_initconn_path_req("mkdir", base);
@@ -290,7 +300,7 @@ int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id,
     cleanup_json json_t *req = fb_initconn_path_req("batch", base);
     if (fd < 0 || fb_initconn_send(fd, req, err) < 0)
         return -1;
-    int r = tar_pass(tar_path, base, fd, &count, err);
+    int r = tar_pass(tar_path, base, fd, -1, &count, err);
     if (r < 0)
         return -1;
     if (r == 0)

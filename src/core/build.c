@@ -200,6 +200,7 @@ int fb_build_prepare(struct fb_core *core, struct fb_build *b, const char *text,
         b->base_layers = json_loads(row.layers_json ? row.layers_json : "[]", 0, NULL);
         /* a template rebuilt or re-imported under the same name is another base */
         snprintf(b->base_identity, sizeof b->base_identity, "%s@%lld", base, (long long)row.created_ms);
+        b->base_bytes = json_array_size(b->base_layers) == 0 ? row.size_bytes : 0;
         fb_template_row_clear(&row);
         if (b->base_layers == NULL)
             return fb_error_set(err, FB_ERR_INTERNAL, 0, "template %s has unreadable layers", base);
@@ -414,12 +415,13 @@ static int run_spec(struct run *r, const struct fb_df_step *s, struct fb_create_
     if (colon)
         *colon = '\0';
     const char *tpl = strcmp(r->b->df.base, "scratch") == 0 ? "default" : r->b->df.base;
+    cleanup_json json_t *noallow = json_array();
     cleanup_json json_t *body =
         json_pack("{s:s, s:O, s:s, s:s, s:{s:f, s:I, s:I, s:I}, s:{s:s, s:O}}", "template", tpl, "env", env,
                   "workdir", s->st.workdir ? s->st.workdir : "/", "user", user[0] ? user : "root",
                   "resources", "cpus", 2.0, "memory_mb", (json_int_t)2048, "pids", (json_int_t)4096,
                   "disk_mb", (json_int_t)FB_BUILD_DISK_MB_DEFAULT, "network", "mode", r->b->network_mode,
-                  "allow", r->b->allow ? r->b->allow : json_array());
+                  "allow", r->b->allow ? r->b->allow : noallow);
     if (body == NULL)
         return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "step spec");
     if (strcmp(r->b->network_mode, "allowlist") != 0)
@@ -537,11 +539,12 @@ static bool run_cached(struct run *r, fb_error_t *err)
 
 static json_t *final_config(const struct fb_df_state *st)
 {
-    return json_pack("{s:O, s:s, s:s, s:O, s:O, s:O}", "env", st->env ? st->env : json_array(), "workdir",
+    cleanup_json json_t *none = json_array(), *nolabels = json_object();
+    return json_pack("{s:O, s:s, s:s, s:O, s:O, s:O}", "env", st->env ? st->env : none, "workdir",
                      st->workdir ? st->workdir : "", "user", st->user ? st->user : "", "cmd",
                      st->cmd ? st->cmd : json_null(), "entrypoint",
                      st->entrypoint ? st->entrypoint : json_null(), "labels",
-                     st->labels ? st->labels : json_object());
+                     st->labels ? st->labels : nolabels);
 }
 
 static int run_steps(struct run *r, fb_error_t *err, int *failed_step, int *exit_code)
@@ -623,8 +626,7 @@ static int install(struct run *r, fb_error_t *err)
     size_t i;
     json_t *v;
     json_array_foreach(layers, i, v) row.size_bytes += fb_layer_size(core, json_string_value(v));
-    if (b->base_rootfs[0] && row.size_bytes == 0)
-        row.size_bytes = fb_du(dir);
+    row.size_bytes += b->base_bytes; /* its files are in the rootfs too, by hard link */
     cleanup_free char *lj = json_dumps(layers, JSON_COMPACT);
     cleanup_free char *cj = json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS);
     row.layers_json = lj;
@@ -725,17 +727,6 @@ void fb_build_remove_orphans(struct fb_core *core)
         fb_sandbox_rows_free(rows, n);
     }
     char dir[PATH_MAX];
-    if (fb_snprintf(dir, sizeof dir, "%s/templates", core->cfg.state_dir) < 0)
-        return;
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        char path[PATH_MAX];
-        if (strncmp(de->d_name, STAGE_PREFIX, strlen(STAGE_PREFIX)) == 0 &&
-            fb_snprintf(path, sizeof path, "%s/%s", dir, de->d_name) == 0)
-            fb_rm_rf(path);
-    }
-    closedir(d);
+    if (fb_snprintf(dir, sizeof dir, "%s/templates", core->cfg.state_dir) == 0)
+        fb_rm_prefixed(dir, STAGE_PREFIX);
 }

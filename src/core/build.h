@@ -49,7 +49,8 @@ struct fb_build {
     char base_rootfs[PATH_MAX];
     json_t *base_layers; /* owned */
     char base_identity[128];
-    bool reserved; /* holds the name against a second build of it */
+    int64_t base_bytes; /* a base without layers (default, rootfs imports): its size */
+    bool reserved;      /* holds the name against a second build of it */
 };
 
 /* Releases what b owns (and the name reservation). */

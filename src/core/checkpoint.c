@@ -273,6 +273,8 @@ int fb_checkpoint_create(struct fb_core *core, const char *tenant, const char *i
     if (rc == 0 && strcmp(row.state, "running") != 0 && strcmp(row.state, "paused") != 0)
         rc = fb_error_set(err, strcmp(row.state, "deleting") == 0 ? FB_ERR_NOT_FOUND : FB_ERR_CONFLICT, 0,
                           "sandbox %s is %s", id, row.state);
+    if (rc == 0 && memory)
+        rc = fb_volumes_refuse_memory(&row, "a memory checkpoint", err);
     struct fb_core_paths paths;
     struct fb_container_config cc;
     bool image = false, made = false;
@@ -476,7 +478,11 @@ static int restart(struct fb_core *core, struct fb_sandbox_row *row, bool image,
     cc.reuse_layer = true;
     cc.layer_uid_from = layer_uid_from;
     struct fb_container ct = {0};
-    if (fb_container_start(&cc, &ct, err) < 0)
+    cleanup_free struct fb_volume_plan *plan = calloc(1, sizeof *plan);
+    if (plan == NULL)
+        return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
+    if (fb_volumes_prepare(core, row->tenant, &spec, plan, &cc, err) < 0 ||
+        fb_container_start(&cc, &ct, err) < 0)
         return -1;
     if (fb_core_make_workdir(ct.sock_path, spec.workdir, err) < 0 ||
         fb_net_attach(core, row, ct.init_pid, spec.network_mode, err) < 0) {
@@ -505,6 +511,8 @@ int fb_sandbox_rollback(struct fb_core *core, const char *tenant, const char *id
                           "sandbox %s is %s", id, row.state);
     if (rc == 0)
         rc = usable_checkpoint(core, tenant, cid, row.template_name, &ck, dir, sizeof dir, err);
+    if (rc == 0 && ck.memory)
+        rc = fb_volumes_refuse_memory(&row, "a rollback to a memory checkpoint", err);
     bool image = strcmp(ck.layer_kind, "image") == 0;
     struct fb_core_paths paths;
     struct fb_container_config cc;
@@ -564,6 +572,11 @@ int fb_checkpoint_new_sandbox(struct fb_core *core, const char *tenant, const st
     char dir[PATH_MAX], rootfs[PATH_MAX];
     pthread_mutex_lock(&core->pause_lock);
     int rc = usable_checkpoint(core, tenant, spec->checkpoint, NULL, &ck, dir, sizeof dir, err);
+    if (rc == 0 && ck.memory && spec->n_volumes > 0)
+        rc = fb_error_set(err, FB_ERR_CONFLICT, 0,
+                          "checkpoint %s holds memory state: a sandbox restored from it cannot mount volumes "
+                          "(use a files-only checkpoint)",
+                          ck.id);
     bool image = strcmp(ck.layer_kind, "image") == 0;
     /* the template and disk size are the checkpoint's */
     struct fb_create_spec s = *spec;

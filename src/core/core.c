@@ -63,6 +63,7 @@ int fb_core_open(struct fb_core *core, const struct fb_core_config *cfg, fb_erro
     core->lock_fd = -1;
     pthread_mutex_init(&core->lock, NULL);
     pthread_mutex_init(&core->pause_lock, NULL);
+    pthread_mutex_init(&core->volume_lock, NULL);
     pthread_mutex_init(&core->net_lock, NULL);
     pthread_mutex_init(&core->net_change, NULL);
     pthread_rwlock_init(&core->layers_lock, NULL);
@@ -188,6 +189,9 @@ void fb_core_close(struct fb_core *core)
     fb_egress_stop(core);
     fb_dns_stop(core);
     fb_net_close(core);
+    /* sandboxes keep their binds; a later start mounts the same devices */
+    if (core->store)
+        fb_volumes_release_all(core);
     if (core->store)
         fb_store_close(core->store);
     core->store = NULL;
@@ -204,6 +208,7 @@ void fb_core_close(struct fb_core *core)
     fb_gate_free(core);
     pthread_mutex_destroy(&core->pause_lock);
     pthread_rwlock_destroy(&core->layers_lock);
+    pthread_mutex_destroy(&core->volume_lock);
     pthread_mutex_destroy(&core->lock);
 }
 

@@ -93,6 +93,8 @@ struct fb_core {
     char net_missing[320];      /* why sandbox networks are unavailable */
     struct fb_nft nft;          /* guarded by net_lock: libnftables contexts are not thread-safe */
     pthread_mutex_t net_lock;
+    /* volume images: create, delete, host mounts (taken before lock) */
+    pthread_mutex_t volume_lock;
     pthread_mutex_t net_change;       /* one network mode change at a time */
     struct fb_net_entry *net_entries; /* networked sandboxes by slot, guarded by net_lock */
     size_t n_net_entries, cap_net_entries;
@@ -228,6 +230,26 @@ int fb_template_assemble(struct fb_core *core, const char *dir, const char *base
 int fb_template_defaults(struct fb_core *core, struct fb_create_spec *spec, fb_error_t *err);
 /* Host path of a ready template's rootfs; not_found / unavailable. */
 int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t outlen, fb_error_t *err);
+
+/* ---- volumes (volumes.c): a tenant's persistent directories ----
+ * Objects are new references; another tenant's volume is not_found. */
+/* body {"name", "size_mb"}: 201 object; conflict when the name is taken,
+ * quota past FB_VOLUMES_PER_TENANT. */
+int fb_volume_create(struct fb_core *core, const char *tenant, json_t *body, json_t **out, fb_error_t *err);
+/* {"volumes": [...]} by name. */
+int fb_volume_list(struct fb_core *core, const char *tenant, json_t **out, fb_error_t *err);
+int fb_volume_get(struct fb_core *core, const char *tenant, const char *name, json_t **out, fb_error_t *err);
+/* conflict, naming them, while any sandbox of any state has it in its spec. */
+int fb_volume_delete(struct fb_core *core, const char *tenant, const char *name, fb_error_t *err);
+/* A tar of the volume's directory path ("/" when NULL) into out_fd (a file),
+ * built on the host by a chrooted child; at most FB_ARCHIVE_MAX bytes. */
+int fb_volume_archive_get(struct fb_core *core, const char *tenant, const char *name, const char *path,
+                          int out_fd, fb_error_t *err);
+/* Checks the tar at tar_path whole (the sandbox archive rules, owners
+ * 0..65535), then extracts it at path ("/" when NULL) in the volume.
+ * *out is {"path", "entries"}. */
+int fb_volume_archive_put(struct fb_core *core, const char *tenant, const char *name, const char *path,
+                          const char *tar_path, json_t **out, fb_error_t *err);
 
 /* ---- ports in (ports.c) ---- */
 /* Longest life of a share token: 7 days. */

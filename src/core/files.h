@@ -39,4 +39,10 @@ int fb_archive_create(struct fb_core *core, const char *tenant, const char *id, 
 int fb_archive_extract(struct fb_core *core, const char *tenant, const char *id, const char *path,
                        const char *tar_path, json_t **out, fb_error_t *err);
 
+/* Checks every member of the tar at tar_path for extraction under base
+ * (the rules of fb_archive_extract: tarfilter.h, and no member below a
+ * symlink the archive makes), writing nothing; with max_id >= 0 owners
+ * must be 0..max_id too.  400 / 413 naming the member; *count: members. */
+int fb_archive_check(const char *tar_path, const char *base, long long max_id, long *count, fb_error_t *err);
+
 #endif

@@ -157,6 +157,10 @@ int fb_sandbox_fork(struct fb_core *core, const char *tenant, const char *id, js
     struct fb_sandbox_row row = {0};
     if (fb_core_live_row(core, tenant, id, &row, err) < 0)
         return -1;
+    if (fb_volumes_refuse_memory(&row, "fork", err) < 0) {
+        fb_sandbox_row_clear(&row);
+        return -1;
+    }
     cleanup_spec struct fb_create_spec spec = {0};
     cleanup_json json_t *sj = json_loads(row.spec_json ? row.spec_json : "{}", 0, NULL);
     char rootfs[PATH_MAX];

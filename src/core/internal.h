@@ -12,6 +12,29 @@ struct fb_core_paths {
     char hostname[64];
 };
 
+/* ---- volumes of a sandbox (volumes.c) ---- */
+#define FB_VOLUMES_PER_TENANT 256
+/* Host mounts of a spec's volumes, for fb_container_config.volumes. */
+struct fb_volume_plan {
+    char sources[FB_VOLUMES_MAX][PATH_MAX];
+    struct fb_container_volume v[FB_VOLUMES_MAX];
+    size_t n;
+};
+/* Mounts (on the host) every volume spec names and points c at them
+ * through *plan (caller-owned, outliving the start).  not_found when one
+ * does not exist (any more). */
+int fb_volumes_prepare(struct fb_core *core, const char *tenant, const struct fb_create_spec *spec,
+                       struct fb_volume_plan *plan, struct fb_container_config *c, fb_error_t *err);
+/* Under core->lock: not_found unless every volume a stored spec names
+ * exists for tenant.  The create's row insert and a volume's delete are
+ * decided under that lock, so a delete never misses a new user. */
+int fb_volumes_check_locked(struct fb_core *core, const char *tenant, const char *spec_json, fb_error_t *err);
+/* conflict when row's spec mounts volumes: CRIU is not told about them, so
+ * memory state (what) is refused for such sandboxes. */
+int fb_volumes_refuse_memory(const struct fb_sandbox_row *row, const char *what, fb_error_t *err);
+/* Detaches the host's mounts of all volumes (sandboxes keep theirs). */
+void fb_volumes_release_all(struct fb_core *core);
+
 /* Fills the container config (pointing into *paths) for a stored row. */
 void fb_core_container_config(struct fb_core *core, const struct fb_sandbox_row *row, const char *rootfs,
                               struct fb_core_paths *paths, struct fb_container_config *c);

@@ -100,12 +100,17 @@ int fb_layer_add(struct fb_core *core, const char *tar_path, const char *expect,
 
 static int remove_at(int dirfd, const char *name, int depth, fb_error_t *err);
 
-/* Empties the dir open at fd (keeps fd's dir itself). */
-static int empty_dir(int fd, int depth, fb_error_t *err)
+/* Calls fn for every entry of the dir open at fd (not "." and "..") until
+ * one fails; the walk's own fd is a dup, fd stays the caller's. */
+struct walk {
+    int fd, dst, how, depth;
+};
+static int each_entry(const struct walk *w,
+                      int (*fn)(const struct walk *w, const char *name, fb_error_t *err), fb_error_t *err)
 {
-    if (depth > TREE_DEPTH_MAX)
+    if (w->depth > TREE_DEPTH_MAX)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "tree deeper than %d levels", TREE_DEPTH_MAX);
-    int dfd = dup(fd);
+    int dfd = dup(w->fd);
     if (dfd < 0)
         return fb_error_sys(err, "dup");
     DIR *d = fdopendir(dfd);
@@ -118,10 +123,24 @@ static int empty_dir(int fd, int depth, fb_error_t *err)
     while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        rc = remove_at(fd, de->d_name, depth + 1, err);
+        rc = fn(w, de->d_name, err);
     }
+    if (rc == 0 && errno != 0)
+        rc = fb_error_sys(err, "read dir");
     closedir(d);
     return rc;
+}
+
+static int remove_one(const struct walk *w, const char *name, fb_error_t *err)
+{
+    return remove_at(w->fd, name, w->depth + 1, err);
+}
+
+/* Empties the dir open at fd (keeps fd's dir itself). */
+static int empty_dir(int fd, int depth, fb_error_t *err)
+{
+    struct walk w = {.fd = fd, .depth = depth};
+    return each_entry(&w, remove_one, err);
 }
 
 static int remove_at(int dirfd, const char *name, int depth, fb_error_t *err)
@@ -196,29 +215,15 @@ static int stack_entry(int src, int dst, const char *name, int how, int depth, f
     return copy_dir_meta(dfd, &st, err); /* last: the walk changed its times */
 }
 
+static int stack_one(const struct walk *w, const char *name, fb_error_t *err)
+{
+    return stack_entry(w->fd, w->dst, name, w->how, w->depth, err);
+}
+
 static int stack_dir(int src, int dst, int how, int depth, fb_error_t *err)
 {
-    if (depth > TREE_DEPTH_MAX)
-        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "tree deeper than %d levels", TREE_DEPTH_MAX);
-    int dfd = dup(src);
-    if (dfd < 0)
-        return fb_error_sys(err, "dup");
-    DIR *d = fdopendir(dfd);
-    if (d == NULL) {
-        close(dfd);
-        return fb_error_sys(err, "read dir");
-    }
-    int rc = 0;
-    struct dirent *de;
-    while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        rc = stack_entry(src, dst, de->d_name, how, depth, err);
-    }
-    if (rc == 0 && errno != 0)
-        rc = fb_error_sys(err, "read dir");
-    closedir(d);
-    return rc;
+    struct walk w = {.fd = src, .dst = dst, .how = how, .depth = depth};
+    return each_entry(&w, stack_one, err);
 }
 
 int fb_tree_link(int src_fd, int dst_fd, fb_error_t *err)
@@ -332,15 +337,5 @@ void fb_layers_remove_partial(struct fb_core *core)
     char dir[PATH_MAX];
     if (fb_snprintf(dir, sizeof dir, "%s/layers", core->cfg.state_dir) < 0 || fb_mkdir_p(dir, 0700) < 0)
         return;
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        char path[PATH_MAX];
-        if (strncmp(de->d_name, PARTIAL_PREFIX, strlen(PARTIAL_PREFIX)) == 0 &&
-            fb_snprintf(path, sizeof path, "%s/%s", dir, de->d_name) == 0)
-            fb_rm_rf(path);
-    }
-    closedir(d);
+    fb_rm_prefixed(dir, PARTIAL_PREFIX);
 }

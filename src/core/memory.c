@@ -300,6 +300,8 @@ int fb_sandbox_hibernate(struct fb_core *core, const char *tenant, const char *i
     bool already = rc == 0 && strcmp(row.state, "hibernated") == 0;
     if (rc == 0 && !already && strcmp(row.state, "running") != 0 && strcmp(row.state, "paused") != 0)
         rc = fb_error_set(err, FB_ERR_CONFLICT, 0, "sandbox %s is %s", id, row.state);
+    if (rc == 0 && !already)
+        rc = fb_volumes_refuse_memory(&row, "hibernation", err);
     struct fb_core_paths paths;
     struct fb_container_config cc;
     char dir[PATH_MAX];

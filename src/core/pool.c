@@ -178,8 +178,9 @@ int fb_pool_claim(struct fb_core *core, const struct fb_create_spec *spec, struc
 {
     /* a warm sandbox's disk was made at the default size */
     bool networked = strcmp(spec->network_mode, "none") != 0;
+    /* volumes are mounted before init runs: a warm sandbox has none */
     if (strcmp(spec->template_name, POOL_TEMPLATE) != 0 || spec->res.disk_mb != FB_SPEC_DEFAULT_DISK_MB ||
-        (networked && !core->net_ready))
+        spec->n_volumes > 0 || (networked && !core->net_ready))
         return -1;
     char id[FB_ID_MAX];
     pthread_mutex_lock(&core->lock);

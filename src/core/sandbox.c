@@ -65,7 +65,7 @@ static json_t *row_to_json(const struct fb_sandbox_row *row)
     }
     if (json_is_object(spec)) {
         static const char *const keys[] = {"ttl",     "idle_timeout", "on_expire", "labels", "env",
-                                           "workdir", "resources",    "network",   "user"};
+                                           "workdir", "resources",    "network",   "user",   "volumes"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             json_t *v = json_object_get(spec, keys[i]);
             if (v != NULL)
@@ -182,7 +182,11 @@ int fb_core_start_row(struct fb_core *core, struct fb_sandbox_row *row, const ch
     cc.reuse_layer = spec->layer_uid_from != 0;
     cc.layer_uid_from = spec->layer_uid_from;
     struct fb_container ct = {0};
-    if (fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0 ||
+    cleanup_free struct fb_volume_plan *plan = calloc(1, sizeof *plan);
+    if (plan == NULL)
+        fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "out of memory");
+    if (plan == NULL || fb_volumes_prepare(core, row->tenant, spec, plan, &cc, err) < 0 ||
+        fb_container_start(&cc, &ct, err) < 0 || fb_core_make_workdir(ct.sock_path, spec->workdir, err) < 0 ||
         fb_net_attach(core, row, ct.init_pid, spec->network_mode, err) < 0) {
         fb_container_destroy(&cc, ct.init_pid, NULL);
         fb_store_sandbox_delete(core->store, row->id, NULL);
@@ -241,6 +245,8 @@ int fb_core_reserve_row(struct fb_core *core, struct fb_sandbox_row *row, bool i
             r = fb_error_set(err, FB_ERR_QUOTA, 0, "tenant has %zu sandboxes, the maximum is %u", count,
                              core->cfg.max_sandboxes);
     }
+    if (r == 0)
+        r = fb_volumes_check_locked(core, row->tenant, row->spec_json, err);
     if (r == 0 && insert)
         r = alloc_uid_base(core, &row->uid_base, err);
     if (r == 0 && insert)

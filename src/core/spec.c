@@ -281,6 +281,96 @@ int fb_network_spec_parse(json_t *v, char mode[FB_NET_MODE_MAX], json_t **allow,
     return 0;
 }
 
+/* /proc, /sys and /dev are the sandbox's own kernel views, mounted after
+ * the volumes: a volume there would be hidden or would hide them. */
+static bool reserved_mount_path(const char *p)
+{
+    static const char *const reserved[] = {"/proc", "/sys", "/dev"};
+    if (strcmp(p, "/") == 0)
+        return true;
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+        size_t n = strlen(reserved[i]);
+        if (strncmp(p, reserved[i], n) == 0 && (p[n] == '\0' || p[n] == '/'))
+            return true;
+    }
+    return false;
+}
+
+/* Whether inner is outer or below it. */
+static bool path_within(const char *inner, const char *outer)
+{
+    size_t n = strlen(outer);
+    return strncmp(inner, outer, n) == 0 && (inner[n] == '\0' || inner[n] == '/');
+}
+
+static int parse_volume(json_t *v, size_t i, struct fb_volume_mount *m, fb_error_t *err)
+{
+    static const char *const fields[] = {"name", "path", "read_only", NULL};
+    char where[32];
+    snprintf(where, sizeof where, "volumes[%zu]", i);
+    if (!json_is_object(v))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: must be an object", where);
+    if (check_fields(v, fields, where, err) < 0)
+        return -1;
+    char field[48];
+    const char *name;
+    snprintf(field, sizeof field, "%s.name", where);
+    json_t *f = json_object_get(v, "name");
+    if (is_null_or_absent(f))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: required", field);
+    if (get_string(f, field, FB_VOLUME_NAME_MAX, false, &name, err) < 0 ||
+        fb_volume_name_check(name, err) < 0)
+        return fb_error_wrap(err, "%s", where);
+    strcpy(m->name, name);
+    snprintf(field, sizeof field, "%s.path", where);
+    f = json_object_get(v, "path");
+    if (is_null_or_absent(f))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: required", field);
+    if (json_is_string(f) && json_string_length(f) > FB_VOLUME_PATH_MAX)
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s: longer than %d bytes", field,
+                            FB_VOLUME_PATH_MAX);
+    if (get_path(f, field, m->path, sizeof m->path, err) < 0)
+        return -1;
+    if (reserved_mount_path(m->path))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
+                            "%s: a volume cannot be mounted at %s (not /, nor under "
+                            "/proc, /sys or /dev)",
+                            field, m->path);
+    f = json_object_get(v, "read_only");
+    if (!is_null_or_absent(f)) {
+        if (!json_is_boolean(f))
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "%s.read_only: must be a boolean", where);
+        m->read_only = json_is_true(f);
+    }
+    return 0;
+}
+
+static int parse_volumes(json_t *v, struct fb_create_spec *s, fb_error_t *err)
+{
+    if (!json_is_array(v))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "volumes: must be an array");
+    if (json_array_size(v) > FB_VOLUMES_MAX)
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "volumes: at most %d", FB_VOLUMES_MAX);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        struct fb_volume_mount *m = &s->volumes[i];
+        memset(m, 0, sizeof *m);
+        if (parse_volume(e, i, m, err) < 0)
+            return -1;
+        /* one mount per path; nested ones would write into each other */
+        for (size_t j = 0; j < i; j++) {
+            if (path_within(m->path, s->volumes[j].path) || path_within(s->volumes[j].path, m->path))
+                return fb_error_set(
+                    err, FB_ERR_BAD_REQUEST, 0, "volumes[%zu].path: %s %s volumes[%zu]'s %s", i, m->path,
+                    strcmp(m->path, s->volumes[j].path) == 0 ? "is also" : "overlaps", j, s->volumes[j].path);
+        }
+        s->n_volumes = i + 1;
+    }
+    return 0;
+}
+
 static void create_defaults(struct fb_create_spec *s)
 {
     memset(s, 0, sizeof *s);
@@ -296,9 +386,9 @@ static void create_defaults(struct fb_create_spec *s)
 
 static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_t *err)
 {
-    static const char *const fields[] = {"template",     "ttl",        "on_expire", "labels",
-                                         "env",          "workdir",    "resources", "network",
-                                         "idle_timeout", "checkpoint", "user",      NULL};
+    static const char *const fields[] = {"template", "ttl",       "on_expire", "labels",       "env",
+                                         "workdir",  "resources", "network",   "idle_timeout", "checkpoint",
+                                         "volumes",  "user",      NULL};
     if (!json_is_object(body))
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "request body must be a JSON object");
     if (check_fields(body, fields, "", err) < 0)
@@ -369,6 +459,9 @@ static int parse_create_fields(json_t *body, struct fb_create_spec *s, fb_error_
     v = json_object_get(body, "network");
     if (!is_null_or_absent(v) && parse_network(v, s, err) < 0)
         return -1;
+    v = json_object_get(body, "volumes");
+    if (!is_null_or_absent(v) && parse_volumes(v, s, err) < 0)
+        return -1;
     return 0;
 }
 
@@ -428,6 +521,12 @@ json_t *fb_create_spec_to_json(const struct fb_create_spec *s)
         json_object_set_new(o, "checkpoint", json_string(s->checkpoint));
     if (o != NULL && s->user[0] != '\0')
         json_object_set_new(o, "user", json_string(s->user));
+    json_t *vols = o != NULL ? json_array() : NULL;
+    for (size_t i = 0; vols != NULL && i < s->n_volumes; i++)
+        json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "name", s->volumes[i].name, "path",
+                                              s->volumes[i].path, "read_only", s->volumes[i].read_only));
+    if (vols != NULL)
+        json_object_set_new(o, "volumes", vols);
     return o;
 }
 
@@ -611,15 +710,56 @@ void fb_exec_spec_clear(struct fb_exec_spec *s)
     s->stdin_len = 0;
 }
 
-int fb_template_name_check(const char *name, fb_error_t *err)
+/* [a-z0-9][a-z0-9._-]{0,max-1}: safe as a file name and in a URL */
+static bool simple_name_ok(const char *name, size_t max)
 {
     size_t len = name != NULL ? strlen(name) : 0;
-    bool ok = len >= 1 && len <= FB_TEMPLATE_NAME_MAX;
+    bool ok = len >= 1 && len <= max;
     for (size_t i = 0; ok && i < len; i++) {
         char c = name[i];
         ok =
             (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '.' || c == '_' || c == '-'));
     }
+    return ok;
+}
+
+int fb_volume_name_check(const char *name, fb_error_t *err)
+{
+    if (!simple_name_ok(name, FB_VOLUME_NAME_MAX))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "volume: name must match [a-z0-9][a-z0-9._-]{0,%d}",
+                            FB_VOLUME_NAME_MAX - 1);
+    return 0;
+}
+
+int fb_volume_spec_parse(json_t *body, char *name, uint64_t *size_mb, fb_error_t *err)
+{
+    static const char *const fields[] = {"name", "size_mb", NULL};
+    name[0] = '\0';
+    *size_mb = FB_VOLUME_DEFAULT_MB;
+    if (!json_is_object(body))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "request body must be a JSON object");
+    if (check_fields(body, fields, "", err) < 0)
+        return -1;
+    json_t *v = json_object_get(body, "name");
+    const char *n;
+    if (is_null_or_absent(v))
+        return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "name: required");
+    if (get_string(v, "name", FB_VOLUME_NAME_MAX, false, &n, err) < 0 || fb_volume_name_check(n, err) < 0)
+        return -1;
+    v = json_object_get(body, "size_mb");
+    long long mb;
+    if (!is_null_or_absent(v)) {
+        if (get_int(v, "size_mb", FB_VOLUME_MIN_MB, FB_VOLUME_MAX_MB, &mb, err) < 0)
+            return -1;
+        *size_mb = (uint64_t)mb;
+    }
+    strcpy(name, n);
+    return 0;
+}
+
+int fb_template_name_check(const char *name, fb_error_t *err)
+{
+    bool ok = simple_name_ok(name, FB_TEMPLATE_NAME_MAX);
     if (!ok)
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "template: must match [a-z0-9][a-z0-9._-]{0,%d}",
                             FB_TEMPLATE_NAME_MAX - 1);

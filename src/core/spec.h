@@ -40,6 +40,17 @@ struct fb_resources {
 
 #define FB_CHECKPOINT_ID_LEN 21
 
+#define FB_VOLUME_NAME_MAX 63   /* [a-z0-9][a-z0-9._-]*, as template names */
+#define FB_VOLUMES_MAX 16       /* volume mounts per sandbox */
+#define FB_VOLUME_PATH_MAX 1024 /* bytes of a mount path inside the sandbox */
+
+/* One volume mounted into a sandbox. */
+struct fb_volume_mount {
+    char name[FB_VOLUME_NAME_MAX + 1];
+    char path[FB_VOLUME_PATH_MAX + 1]; /* absolute, normalised; not /, /proc, /sys, /dev or below */
+    bool read_only;
+};
+
 struct fb_create_spec {
     char template_name[FB_TEMPLATE_NAME_MAX + 1]; /* default "default" */
     int64_t ttl_s;                                /* 0: never expires */
@@ -58,6 +69,9 @@ struct fb_create_spec {
      * rolled back to or checkpointed to (the next checkpoint's parent). */
     char checkpoint[FB_CHECKPOINT_ID_LEN + 1];
     uint32_t layer_uid_from; /* not stored: uid base of the checkpoint's files */
+    /* the tenant's volumes mounted into it: no duplicate or nested paths */
+    struct fb_volume_mount volumes[FB_VOLUMES_MAX];
+    size_t n_volumes;
 };
 
 /* Whether s is a well-formed checkpoint id: "ckpt_" and 16 lowercase hex. */
@@ -109,6 +123,17 @@ int fb_user_check(const char *u, fb_error_t *err);
 
 /* Validates a template name ([a-z0-9][a-z0-9._-]{0,62}). */
 int fb_template_name_check(const char *name, fb_error_t *err);
+
+#define FB_VOLUME_DEFAULT_MB 1024
+#define FB_VOLUME_MIN_MB 16
+#define FB_VOLUME_MAX_MB 1048576 /* 1 TiB: images are sparse, as layers are */
+
+/* Parses a POST /v1/volumes body {"name", "size_mb"} (size optional:
+ * FB_VOLUME_DEFAULT_MB).  name holds FB_VOLUME_NAME_MAX + 1 bytes. */
+int fb_volume_spec_parse(json_t *body, char *name, uint64_t *size_mb, fb_error_t *err);
+
+/* Validates a volume name (the template name rule); 400 naming "volume". */
+int fb_volume_name_check(const char *name, fb_error_t *err);
 
 /* Parses "key=value" label selectors from a list query: checks bounds. */
 int fb_label_selector_parse(const char *sel, char *key, size_t keylen, char *val, size_t vallen,

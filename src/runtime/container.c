@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -336,6 +337,87 @@ static int mount_idmapped(const char *src, const char *dst, int userns_fd, fb_er
     return 0;
 }
 
+/* The directory at target (absolute) under the root rootfd, created with
+ * its missing parents (owned by the sandbox's root).  Resolved as the
+ * sandbox would, with symlinks from the template or the layer kept inside
+ * the root, and never onto another mount.  Returns an O_PATH fd. */
+static int volume_target(int rootfd, const char *target, uid_t base, fb_error_t *err)
+{
+    char prefix[PATH_MAX];
+    size_t len = 0;
+    cleanup_close int cur = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+    if (cur < 0)
+        return fb_error_sys(err, "volume target %s", target);
+    for (const char *p = target; *p != '\0';) {
+        while (*p == '/')
+            p++;
+        const char *end = strchr(p, '/');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (n == 0)
+            break;
+        if (len + n + 2 > sizeof prefix || n > NAME_MAX)
+            return fb_error_set(err, FB_ERR_BAD_REQUEST, ENAMETOOLONG, "volume path %s: too long", target);
+        char leaf[NAME_MAX + 1];
+        memcpy(leaf, p, n);
+        leaf[n] = '\0';
+        if (len > 0)
+            prefix[len++] = '/';
+        memcpy(prefix + len, p, n);
+        len += n;
+        prefix[len] = '\0';
+        p += n;
+        struct open_how how = {
+            .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+        };
+        int next = (int)syscall(SYS_openat2, rootfd, prefix, &how, sizeof how);
+        if (next < 0 && errno == ENOENT) {
+            /* cur is prefix's parent as resolved: the new dir goes there */
+            if (mkdirat(cur, leaf, 0755) == 0)
+                (void)fchownat(cur, leaf, base, base, AT_SYMLINK_NOFOLLOW);
+            next = (int)syscall(SYS_openat2, rootfd, prefix, &how, sizeof how);
+        }
+        if (next < 0) {
+            int e = errno;
+            return fb_error_set(err,
+                                e == ENOTDIR || e == ENOENT || e == EXDEV || e == ELOOP ? FB_ERR_BAD_REQUEST
+                                                                                        : FB_ERR_INTERNAL,
+                                e, "volume path %s: /%s %s", target, prefix,
+                                e == ENOTDIR ? "is not a directory in the sandbox"
+                                : e == EXDEV ? "is on another mount"
+                                             : strerror(e));
+        }
+        close(cur);
+        cur = next;
+    }
+    return fb_steal_fd(&cur);
+}
+
+static int mount_volume(int rootfd, const struct fb_container_volume *v, int userns_fd, uid_t base,
+                        fb_error_t *err)
+{
+    cleanup_close int tree = (int)open_tree(AT_FDCWD, v->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0)
+        return fb_error_sys(err, "open_tree %s", v->source);
+    struct mount_attr attr = {
+        .attr_set =
+            MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (v->read_only ? MOUNT_ATTR_RDONLY : 0),
+        .userns_fd = (uint64_t)userns_fd,
+        .propagation = MS_PRIVATE,
+    };
+    if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+        int e = errno;
+        return fb_error_set(err, e == EINVAL || e == EOPNOTSUPP ? FB_ERR_UNSUPPORTED : FB_ERR_INTERNAL, e,
+                            "idmapped mount of volume %s", v->source);
+    }
+    cleanup_close int target = volume_target(rootfd, v->target, base, err);
+    if (target < 0)
+        return -1;
+    if (move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return fb_error_sys(err, "mount volume at %s", v->target);
+    return 0;
+}
+
 static void host_umount(const char *path)
 {
     if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
@@ -475,6 +557,16 @@ int fb_container_mount_root(const struct fb_container_config *c, pid_t pid, fb_e
         return fb_error_sys(err, "mount overlay at %s", rootfs);
     if (mount(NULL, rootfs, NULL, MS_PRIVATE, NULL) < 0)
         return fb_error_sys(err, "make %s private", rootfs);
+    if (c->n_volumes == 0)
+        return 0;
+    /* below the root before the child binds it: they go along into its
+     * mount namespace, and leave the host's with the root */
+    cleanup_close int rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return fb_error_sys(err, "open %s", rootfs);
+    for (size_t i = 0; i < c->n_volumes; i++)
+        if (mount_volume(rootfd, &c->volumes[i], userns, c->uid_base, err) < 0)
+            return -1;
     return 0;
 }
 

@@ -25,6 +25,15 @@
  * hard limit when that is lower and cannot be raised */
 #define FB_SANDBOX_NOFILE 65536
 
+/* A volume bound into the sandbox: an idmapped clone of source (the
+ * volume's host mount) keyed on the sandbox's user namespace, so owners
+ * 0..65535 on the volume are 0..65535 inside. */
+struct fb_container_volume {
+    const char *source; /* host dir where the volume's filesystem is mounted */
+    const char *target; /* absolute path inside the sandbox (made if missing) */
+    bool read_only;
+};
+
 struct fb_container_config {
     const char *id;              /* sandbox id; names the cgroup and dirs */
     const char *template_rootfs; /* host path of the template's root filesystem */
@@ -46,6 +55,10 @@ struct fb_container_config {
     /* with reuse_layer: keep the records of background processes (a memory
      * restore brings their keepers back) */
     bool keep_records;
+    /* mounted in order under the root before init runs (none for a memory
+     * restore: CRIU is not told about them) */
+    const struct fb_container_volume *volumes;
+    size_t n_volumes;
 };
 
 struct fb_container {

@@ -45,7 +45,7 @@ bool fb_disk_supported(char *why, size_t why_len)
  * sandbox's space) and no blocks are reserved for root: the sandbox's root
  * is not the filesystem's root, so a reserve would be space nobody can
  * use.  The program's output goes to the daemon's log only on failure. */
-static int format_image(const char *img, uint64_t bytes, fb_error_t *err)
+int fb_disk_format(const char *img, uint64_t bytes, fb_error_t *err)
 {
     const char *mkfs = find_mkfs();
     if (mkfs == NULL)
@@ -136,7 +136,7 @@ int fb_disk_create(const char *img, const char *mnt, uint64_t bytes, fb_error_t 
         if (ftruncate(fd, (off_t)bytes) < 0)
             return fb_error_sys(err, "size %s", img);
     }
-    if (format_image(img, bytes, err) < 0)
+    if (fb_disk_format(img, bytes, err) < 0)
         return -1;
     return fb_disk_mount(img, mnt, err);
 }

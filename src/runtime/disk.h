@@ -30,6 +30,10 @@ bool fb_disk_supported(char *why, size_t why_len);
  * removed with the sandbox dir. */
 int fb_disk_create(const char *img, const char *mnt, uint64_t bytes, fb_error_t *err);
 
+/* Formats the existing (sized) file img as ext4 for a sandbox's layer or a
+ * volume: no reserved blocks, a small journal. */
+int fb_disk_format(const char *img, uint64_t bytes, fb_error_t *err);
+
 /* Mounts the existing image img at mnt (an existing empty dir) as
  * fb_disk_create does (a restored checkpoint). */
 int fb_disk_mount(const char *img, const char *mnt, fb_error_t *err);

@@ -216,6 +216,11 @@ static const char *const migrations[] = {
     "CREATE TABLE build_cache (key TEXT PRIMARY KEY NOT NULL, layer TEXT NOT NULL,"
     "  created_ms INTEGER NOT NULL);"
     "PRAGMA user_version = 5;",
+    /* 6: persistent volumes, owned by a tenant; which sandboxes mount one
+     * is in their spec_json, not here */
+    "CREATE TABLE volumes (tenant_id TEXT NOT NULL, name TEXT NOT NULL, size_bytes INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL, PRIMARY KEY (tenant_id, name));"
+    "PRAGMA user_version = 6;",
 };
 #define SCHEMA_VERSION ((int64_t)(sizeof migrations / sizeof migrations[0]))
 

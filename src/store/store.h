@@ -159,4 +159,23 @@ int fb_store_build_cache_put(fb_store *s, const char *key, const char *layer, fb
 /* Copies the layer into layer (len bytes); FB_ERR_NOT_FOUND on a miss. */
 int fb_store_build_cache_get(fb_store *s, const char *key, char *layer, size_t len, fb_error_t *err);
 
+/* ---- volumes ------------------------------------------------------------- */
+
+struct fb_volume_row {
+    char tenant[FB_ID_MAX];
+    char name[FB_NAME_MAX];
+    int64_t size_bytes; /* the filesystem's size, fixed at creation */
+    int64_t created_ms;
+};
+/* Inserts a row; FB_ERR_CONFLICT if the tenant already has that name. */
+int fb_store_volume_insert(fb_store *s, const struct fb_volume_row *row, fb_error_t *err);
+/* FB_ERR_NOT_FOUND when absent (another tenant's volume is absent too). */
+int fb_store_volume_get(fb_store *s, const char *tenant, const char *name, struct fb_volume_row *out,
+                        fb_error_t *err);
+/* The tenant's rows (NULL: every tenant's), by name; caller frees *rows. */
+int fb_store_volume_list(fb_store *s, const char *tenant, struct fb_volume_row **rows, size_t *n,
+                         fb_error_t *err);
+/* FB_ERR_NOT_FOUND when absent. */
+int fb_store_volume_delete(fb_store *s, const char *tenant, const char *name, fb_error_t *err);
+
 #endif

@@ -22,3 +22,26 @@ def test_sdk_round_trip(daemon):
     with pytest.raises(forkbox.ForkboxError) as e:
         sb.exec("true")
     assert e.value.status == 404 and e.value.code == "not_found"
+
+
+def test_sdk_templates_and_volumes(daemon, tmp_path):
+    """Build a template from a context dir, use it with a volume, clean up."""
+    fb = forkbox.Forkbox(key=daemon.key, socket_path=SOCKET)
+    (tmp_path / "Dockerfile").write_text("FROM default\nCOPY hello.txt /srv/\nWORKDIR /srv\nRUN cat hello.txt\n")
+    (tmp_path / "hello.txt").write_text("hi from the context\n")
+    seen = []
+    tpl = fb.build_template("sdk-tpl", str(tmp_path), on_event=seen.append)
+    assert tpl["name"] == "sdk-tpl" and tpl["config"]["workdir"] == "/srv"
+    assert any(e.get("data") == "hi from the context\n" for e in seen), seen
+    assert "sdk-tpl" in [t["name"] for t in fb.templates()]
+    fb.create_volume("sdk-vol", size_mb=64)
+    with fb.sandbox(template="sdk-tpl", volumes=[{"name": "sdk-vol", "path": "/data"}]) as sb:
+        assert sb.exec("pwd; cat hello.txt > /data/copy; cat /data/copy")["stdout"] == "/srv\nhi from the context\n"
+    assert "sdk-vol" in [v["name"] for v in fb.volumes()]
+    fb.delete_volume("sdk-vol")
+    (tmp_path / "Dockerfile").write_text("FROM default\nRUN exit 4\n")
+    with pytest.raises(forkbox.ForkboxError) as e:
+        fb.build_template("sdk-bad", str(tmp_path))
+    assert "exit code 4" in str(e.value)
+    fb.delete_template("sdk-tpl")
+    assert fb.gc_templates()["removed_layers"] >= 1

@@ -458,6 +458,12 @@ static void assert_same_spec(const struct fb_create_spec *a, const struct fb_cre
     assert_int_equal(a->res.pids, b->res.pids);
     assert_int_equal(a->res.disk_mb, b->res.disk_mb);
     assert_string_equal(a->network_mode, b->network_mode);
+    assert_int_equal(a->n_volumes, b->n_volumes);
+    for (size_t i = 0; i < a->n_volumes; i++) {
+        assert_string_equal(a->volumes[i].name, b->volumes[i].name);
+        assert_string_equal(a->volumes[i].path, b->volumes[i].path);
+        assert_int_equal(a->volumes[i].read_only, b->volumes[i].read_only);
+    }
 }
 
 static void round_trip(const char *body)
@@ -501,7 +507,7 @@ static void test_create_round_trip(void **state)
              "'labels':{'user':'u42','team/a.b_c-d':'x=y','empty':''},"
              "'env':{'FOO':'bar','lower case':'v a l','E':''},'workdir':'/srv/app',"
              "'resources':{'cpus':2.5,'memory_mb':1024,'pids':100,'disk_mb':4096},"
-             "'network':{'mode':'none','allow':[]}}");
+             "'network':{'mode':'none','allow':[]},'volumes':[]}");
     assert_true(json_equal(j, want));
     assert_true(json_is_real(json_object_get(json_object_get(j, "resources"), "cpus")));
 
@@ -743,6 +749,97 @@ static void test_label_selector(void **state)
     assert_int_equal(err->kind, FB_ERR_INTERNAL);
 }
 
+static void test_volumes(void **state)
+{
+    (void)state;
+    struct fb_create_spec s;
+    create_ok(load("{}"), &s);
+    assert_int_equal(s.n_volumes, 0);
+    fb_create_spec_clear(&s);
+
+    create_ok(load("{'volumes':[{'name':'cache','path':'/cache'},"
+                   "{'name':'data.v2','path':'/srv//data/./x/..','read_only':true},"
+                   "{'name':'cache','path':'/cache2','read_only':false}]}"),
+              &s);
+    assert_int_equal(s.n_volumes, 3);
+    assert_string_equal(s.volumes[0].name, "cache");
+    assert_string_equal(s.volumes[0].path, "/cache");
+    assert_false(s.volumes[0].read_only);
+    assert_string_equal(s.volumes[1].path, "/srv/data");
+    assert_true(s.volumes[1].read_only);
+    /* the same volume may be mounted twice, at two paths */
+    assert_string_equal(s.volumes[2].name, "cache");
+    cleanup_json json_t *j = fb_create_spec_to_json(&s);
+    cleanup_json json_t *want = load("[{'name':'cache','path':'/cache','read_only':false},"
+                                     "{'name':'data.v2','path':'/srv/data','read_only':true},"
+                                     "{'name':'cache','path':'/cache2','read_only':false}]");
+    assert_true(json_equal(json_object_get(j, "volumes"), want));
+    fb_create_spec_clear(&s);
+    round_trip("{'volumes':[{'name':'a','path':'/a','read_only':true},{'name':'b','path':'/b/c'}]}");
+
+    /* sixteen are fine, seventeen are not */
+    char body[4096] = "{'volumes':[";
+    for (int i = 0; i < 17; i++) {
+        char one[64];
+        snprintf(one, sizeof one, "%s{'name':'v%d','path':'/m%d'}", i ? "," : "", i, i);
+        strcat(body, one);
+        if (i == 15) {
+            char ok[4096];
+            snprintf(ok, sizeof ok, "%s]}", body);
+            create_ok(load(ok), &s);
+            assert_int_equal(s.n_volumes, 16);
+            fb_create_spec_clear(&s);
+        }
+    }
+    strcat(body, "]}");
+    create_bad(load(body), "volumes: at most 16");
+
+    static const struct bad_case bad[] = {
+        {"{'volumes':{}}", "volumes: must be an array"},
+        {"{'volumes':['cache']}", "volumes[0]: must be an object"},
+        {"{'volumes':[{'path':'/c'}]}", "volumes[0].name: required"},
+        {"{'volumes':[{'name':'c'}]}", "volumes[0].path: required"},
+        {"{'volumes':[{'name':'c','path':'/c','ro':true}]}", "unknown field \"ro\""},
+        {"{'volumes':[{'name':'C','path':'/c'}]}", "volume: name must match"},
+        {"{'volumes':[{'name':'../x','path':'/c'}]}", "volume: name must match"},
+        {"{'volumes':[{'name':'-x','path':'/c'}]}", "volume: name must match"},
+        {"{'volumes':[{'name':'a/b','path':'/c'}]}", "volume: name must match"},
+        {"{'volumes':[{'name':'a\\u0000b','path':'/c'}]}", "NUL"},
+        {"{'volumes':[{'name':7,'path':'/c'}]}", "volumes[0].name: must be a string"},
+        {"{'volumes':[{'name':'c','path':'c'}]}", "volumes[0].path"},
+        {"{'volumes':[{'name':'c','path':''}]}", "volumes[0].path"},
+        {"{'volumes':[{'name':'c','path':'/'}]}", "cannot be mounted at /"},
+        {"{'volumes':[{'name':'c','path':'/x/..'}]}", "cannot be mounted at /"},
+        {"{'volumes':[{'name':'c','path':'/proc'}]}", "cannot be mounted at /proc"},
+        {"{'volumes':[{'name':'c','path':'/sys/fs'}]}", "cannot be mounted at /sys/fs"},
+        {"{'volumes':[{'name':'c','path':'/dev/shm'}]}", "cannot be mounted at /dev/shm"},
+        {"{'volumes':[{'name':'c','path':'/a/../dev'}]}", "cannot be mounted at /dev"},
+        {"{'volumes':[{'name':'c','path':'/c\\u0000x'}]}", "volumes[0].path"},
+        {"{'volumes':[{'name':'c','path':'/c','read_only':'yes'}]}", "read_only: must be a boolean"},
+        {"{'volumes':[{'name':'a','path':'/c'},{'name':'b','path':'/c/'}]}", "/c is also volumes[0]'s /c"},
+        {"{'volumes':[{'name':'a','path':'/c'},{'name':'b','path':'/c/d'}]}", "overlaps"},
+        {"{'volumes':[{'name':'a','path':'/c/d'},{'name':'b','path':'/c'}]}", "overlaps"},
+    };
+    for (size_t i = 0; i < N(bad); i++)
+        create_bad(load(bad[i].json), bad[i].msg);
+    /* /devices and /process are ordinary paths */
+    create_ok(load("{'volumes':[{'name':'a','path':'/devices'},{'name':'b','path':'/process'},"
+                   "{'name':'c','path':'/cd'},{'name':'d','path':'/c'}]}"),
+              &s);
+    assert_int_equal(s.n_volumes, 4);
+    fb_create_spec_clear(&s);
+    /* names: 63 bytes at most */
+    create_bad(body_with("{'volumes':[{'name':@,'path':'/c'}]}", 'a', 64), "longer than 63");
+    create_ok(body_with("{'volumes':[{'name':@,'path':'/c'}]}", 'a', 63), &s);
+    fb_create_spec_clear(&s);
+    create_bad(body_with("{'volumes':[{'name':'a','path':@}]}", '/', 1025), "longer than 1024");
+
+    cleanup_error fb_error_t err = NULL;
+    assert_int_equal(fb_volume_name_check("ok-1.x_y", &err), 0);
+    assert_int_equal(fb_volume_name_check("", &err), -1);
+    assert_int_equal(err->kind, FB_ERR_BAD_REQUEST);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -761,6 +858,7 @@ int main(void)
         cmocka_unit_test(test_exec_timeout),
         cmocka_unit_test(test_exec_stdin_output),
         cmocka_unit_test(test_label_selector),
+        cmocka_unit_test(test_volumes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

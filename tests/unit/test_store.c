@@ -130,7 +130,7 @@ static void test_open_private_wal(void **state)
     cleanup_free char *mode = raw_text(f->path, "PRAGMA journal_mode");
     assert_string_equal(mode, "wal");
     cleanup_free char *version = raw_text(f->path, "PRAGMA user_version");
-    assert_string_equal(version, "5");
+    assert_string_equal(version, "6");
     cleanup_free char *indexes = raw_text(f->path, "SELECT group_concat(name, ',') FROM (SELECT name FROM "
                                                    "sqlite_master WHERE type = 'index' AND tbl_name = "
                                                    "'sandboxes' AND sql IS NOT NULL ORDER BY name)");
@@ -158,7 +158,7 @@ static void test_newer_schema_refused(void **state)
     assert_null(s);
 
     /* Put it back so teardown has a store to close. */
-    free(raw_text(f->path, "PRAGMA user_version = 5"));
+    free(raw_text(f->path, "PRAGMA user_version = 6"));
     reopen(f);
 }
 
@@ -672,6 +672,65 @@ static void test_concurrent(void **state)
     free(bases);
 }
 
+static struct fb_volume_row vol(const char *tenant, const char *name, int64_t size, int64_t created)
+{
+    struct fb_volume_row v;
+    memset(&v, 0, sizeof v);
+    snprintf(v.tenant, sizeof v.tenant, "%s", tenant);
+    snprintf(v.name, sizeof v.name, "%s", name);
+    v.size_bytes = size;
+    v.created_ms = created;
+    return v;
+}
+
+static void test_volumes(void **state)
+{
+    struct fixture *f = *state;
+    cleanup_error fb_error_t err = NULL;
+    struct fb_volume_row a = vol("t1", "cache", 1 << 30, 10), b = vol("t1", "data", 16 << 20, 20),
+                         c = vol("t2", "cache", 32 << 20, 30);
+    assert_int_equal(fb_store_volume_insert(f->s, &a, &err), 0);
+    assert_int_equal(fb_store_volume_insert(f->s, &b, &err), 0);
+    /* the same name under another tenant is another volume */
+    assert_int_equal(fb_store_volume_insert(f->s, &c, &err), 0);
+    expect_kind(fb_store_volume_insert(f->s, &a, &err), &err, FB_ERR_CONFLICT);
+    struct fb_volume_row empty = vol("t1", "", 1, 1);
+    expect_kind(fb_store_volume_insert(f->s, &empty, &err), &err, FB_ERR_BAD_REQUEST);
+
+    struct fb_volume_row out;
+    assert_int_equal(fb_store_volume_get(f->s, "t2", "cache", &out, &err), 0);
+    assert_string_equal(out.tenant, "t2");
+    assert_int_equal(out.size_bytes, 32 << 20);
+    assert_int_equal(out.created_ms, 30);
+    /* another tenant's volume reads like a missing one */
+    expect_kind(fb_store_volume_get(f->s, "t2", "data", &out, &err), &err, FB_ERR_NOT_FOUND);
+    expect_kind(fb_store_volume_get(f->s, "t3", "cache", &out, &err), &err, FB_ERR_NOT_FOUND);
+
+    struct fb_volume_row *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(fb_store_volume_list(f->s, "t1", &rows, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].name, "cache");
+    assert_string_equal(rows[1].name, "data");
+    assert_int_equal(rows[1].size_bytes, 16 << 20);
+    free(rows);
+    assert_int_equal(fb_store_volume_list(f->s, NULL, &rows, &n, &err), 0);
+    assert_int_equal(n, 3);
+    free(rows);
+
+    expect_kind(fb_store_volume_delete(f->s, "t2", "data", &err), &err, FB_ERR_NOT_FOUND);
+    assert_int_equal(fb_store_volume_delete(f->s, "t1", "cache", &err), 0);
+    expect_kind(fb_store_volume_delete(f->s, "t1", "cache", &err), &err, FB_ERR_NOT_FOUND);
+    assert_int_equal(fb_store_volume_get(f->s, "t2", "cache", &out, &err), 0);
+
+    /* rows survive a reopen */
+    reopen(f);
+    assert_int_equal(fb_store_volume_list(f->s, "t1", &rows, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].name, "data");
+    free(rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -689,6 +748,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_spec_unicode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_templates_layers_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_volumes, setup, teardown),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);
 }
