@@ -4,7 +4,7 @@ SAN_BUILD ?= build-asan
 # the template bench-fork and bench-memory copy into their daemons (and podman imports)
 BENCH_TEMPLATE ?= /var/lib/forkbox-test/templates/default
 
-.PHONY: run test test-unit test-sanitize build build-sanitize deps install bench bench-exec bench-fork bench-memory format format-check clean
+.PHONY: run test test-unit test-sanitize build build-sanitize deps install bench bench-exec bench-fork bench-memory bench-templates format format-check clean
 
 run: ## install what is missing, build, start forkboxd and print how to use it
 	./scripts/install-deps.sh run
@@ -62,6 +62,13 @@ bench-memory: ## memory checkpoint and rollback of that sandbox, side by side wi
 	./scripts/build.sh $(BUILD)
 	./bench/setup-peers.sh --rootfs $(BENCH_TEMPLATE)/rootfs
 	flock /tmp/forkbox-it.lock ./bench/memory-checkpoint --build-dir $(BUILD) --template $(BENCH_TEMPLATE)
+
+bench-templates: ## template import of a 300 MB, 4-layer image and a cached rebuild of a 5-step Dockerfile, side by side with podman load / podman build
+	./scripts/install-deps.sh bench
+	./scripts/build.sh $(BUILD)
+	./bench/setup-peers.sh --rootfs $(BENCH_TEMPLATE)/rootfs
+	./bench/template-inputs --rootfs $(BENCH_TEMPLATE)/rootfs
+	flock /tmp/forkbox-it.lock ./bench/templates --build-dir $(BUILD) --template $(BENCH_TEMPLATE)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -76,8 +76,9 @@ def check_pong(who, out, expect_sample):
 class Daemon:
     """A forkboxd of the bench's own: own state dir, run dir, socket and uid range, --debug."""
 
-    def __init__(self, name, build, work, template_src, uid_start, slots, extra=()):
+    def __init__(self, name, build, work, template_src, uid_start, slots, extra=(), need_criu=True):
         self.name = name
+        self.need_criu = need_criu
         self.state = os.path.join(work, name, "state")
         self.log_path = os.path.join(work, name, "forkboxd.log")
         self.run = f"/run/fbb-{name}"
@@ -113,12 +114,12 @@ class Daemon:
         while True:
             status, info, _ = self.client.request("GET", "/v1/info")
             if (status == 200 and info["templates"]["default"] == "ready"
-                    and info.get("criu", {}).get("status") not in ("checking", None)):
+                    and (not self.need_criu or info.get("criu", {}).get("status") not in ("checking", None))):
                 break
             if time.time() > deadline:
                 raise SystemExit(f"{self.name}: not ready: {info}")
             time.sleep(0.1)
-        if not info["criu"].get("available"):
+        if self.need_criu and not info["criu"].get("available"):
             raise SystemExit(f"{self.name}: CRIU unavailable: {info['criu']}")
         self.info = info
 
