@@ -149,22 +149,6 @@ static struct archive *open_tar(const char *tar_path, fb_error_t *err)
     return a;
 }
 
-static enum fb_tar_type tar_type(struct archive_entry *ae)
-{
-    if (archive_entry_hardlink(ae) != NULL)
-        return FB_TAR_HARDLINK;
-    switch (archive_entry_filetype(ae)) {
-    case AE_IFREG:
-        return FB_TAR_FILE;
-    case AE_IFDIR:
-        return FB_TAR_DIR;
-    case AE_IFLNK:
-        return FB_TAR_SYMLINK;
-    default:
-        return FB_TAR_OTHER;
-    }
-}
-
 /* Refuses a member that would be written through a symlink created by an
  * earlier member: extraction never follows links, so it would fail half
  * way; refusing it up front keeps a bad archive from changing anything. */
@@ -206,7 +190,7 @@ static int tar_pass(const char *tar_path, const char *base, int fd, long long ma
         const char *name = archive_entry_pathname(ae);
         struct fb_tar_entry te = {
             .name = name ? name : "",
-            .type = tar_type(ae),
+            .type = fb_tar_type_of(ae),
             .linkname = archive_entry_hardlink(ae) ? archive_entry_hardlink(ae) : archive_entry_symlink(ae),
             .mode = archive_entry_perm(ae),
             .size = (long long)archive_entry_size(ae),

@@ -427,22 +427,6 @@ static void clean_name(const char *in, char *out, size_t len)
         out[0] = '\0';
 }
 
-static enum fb_tar_type entry_type(struct archive_entry *ae)
-{
-    if (archive_entry_hardlink(ae) != NULL)
-        return FB_TAR_HARDLINK;
-    switch (archive_entry_filetype(ae)) {
-    case AE_IFREG:
-        return FB_TAR_FILE;
-    case AE_IFDIR:
-        return FB_TAR_DIR;
-    case AE_IFLNK:
-        return FB_TAR_SYMLINK;
-    default:
-        return FB_TAR_OTHER;
-    }
-}
-
 /* Refuses a member below a symlink an earlier member made: unpacking
  * would replace the link with a directory (or refuse), so the layer would
  * not come back as the tar says; links holds the symlinks' paths. */
@@ -484,7 +468,7 @@ static int check_entry(struct archive_entry *ae, json_t *links, size_t *link_byt
     if (raw[0] == '/')
         return fb_error_set(err, FB_ERR_BAD_REQUEST, 0, "layer member \"%.96s\": absolute name", raw);
     clean_name(raw, name, sizeof name);
-    enum fb_tar_type type = entry_type(ae);
+    enum fb_tar_type type = fb_tar_type_of(ae);
     if (dev_node_skipped(ae, name, skip_dev))
         return 0;
     if (name[0] == '\0')

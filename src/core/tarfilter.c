@@ -1,5 +1,6 @@
 #include "tarfilter.h"
 
+#include <archive_entry.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -143,4 +144,20 @@ int fb_tar_entry_check(const char *base, const struct fb_tar_entry *e, char *out
     if (fb_strlcpy(out, full, outlen) < 0)
         return refuse(err, name, "path too long");
     return 0;
+}
+
+enum fb_tar_type fb_tar_type_of(struct archive_entry *ae)
+{
+    if (archive_entry_hardlink(ae) != NULL)
+        return FB_TAR_HARDLINK;
+    switch (archive_entry_filetype(ae)) {
+    case AE_IFREG:
+        return FB_TAR_FILE;
+    case AE_IFDIR:
+        return FB_TAR_DIR;
+    case AE_IFLNK:
+        return FB_TAR_SYMLINK;
+    default:
+        return FB_TAR_OTHER;
+    }
 }

@@ -25,6 +25,10 @@ struct fb_tar_entry {
     long long size;
 };
 
+struct archive_entry;
+/* The kind of a libarchive entry (a hardlink whatever its file type). */
+enum fb_tar_type fb_tar_type_of(struct archive_entry *ae);
+
 /* Checks one entry for extraction under base (a normalised absolute sandbox
  * path).  Refused with FB_ERR_BAD_REQUEST naming the member: absolute names,
  * ".." escaping base, NUL or over-long names, device nodes / fifos /
