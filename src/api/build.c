@@ -52,6 +52,13 @@ static void stream_unref(struct stream *s)
     free(s);
 }
 
+/* Both references at once: a build that never started. */
+static void stream_drop(struct stream *s)
+{
+    stream_unref(s);
+    stream_unref(s);
+}
+
 static void push(struct stream *s, json_t *ev)
 {
     if (ev == NULL)
@@ -160,8 +167,7 @@ static struct MHD_Response *start(struct fb_req *r, struct stream *s, const char
 {
     cleanup_error fb_error_t err = NULL;
     if (fb_build_prepare(r->api->core, &s->b, text, len, from, &err) < 0) {
-        stream_unref(s);
-        stream_unref(s);
+        stream_drop(s);
         return fb_resp_error(err, status);
     }
     pthread_mutex_lock(&active_lock);
@@ -177,8 +183,7 @@ static struct MHD_Response *start(struct fb_req *r, struct stream *s, const char
         pthread_mutex_lock(&active_lock);
         active--;
         pthread_mutex_unlock(&active_lock);
-        stream_unref(s);
-        stream_unref(s);
+        stream_drop(s);
         return fb_resp_error_new(FB_ERR_UNAVAILABLE, status, "cannot start the build");
     }
     struct MHD_Response *resp = fb_resp_events(next_event, stream_done, s);
@@ -276,8 +281,7 @@ struct MHD_Response *fb_h_template_build(struct fb_req *r, unsigned *status)
     if (rc == 0)
         rc = fb_build_context_file(s->b.context_fd, path ? path : "Dockerfile", &text, &len, &err);
     if (rc < 0) {
-        stream_unref(s);
-        stream_unref(s);
+        stream_drop(s);
         return fb_resp_error(err, status);
     }
     return start(r, s, text, len, fb_req_query(r, "from"), status);
@@ -316,8 +320,7 @@ struct MHD_Response *fb_h_template_create(struct fb_req *r, unsigned *status)
     if (fb_strlcpy(s->b.name, name, sizeof s->b.name) < 0 ||
         parse_build_args(json_object_get(body, "build_args"), &s->b.build_args, &err) < 0 ||
         parse_network(json_object_get(body, "network"), &s->b, &err) < 0) {
-        stream_unref(s);
-        stream_unref(s);
+        stream_drop(s);
         return err ? fb_resp_error(err, status)
                    : fb_resp_error_new(FB_ERR_BAD_REQUEST, status, "name: at most %d bytes",
                                        FB_TEMPLATE_NAME_MAX);

@@ -14,6 +14,7 @@
 #include "cli/tarball.h"
 #include "common/cleanup.h"
 #include "common/json_util.h"
+#include "common/util.h"
 
 #define LINE_MAX_BYTES (16 << 20)
 
@@ -52,25 +53,11 @@ struct progress {
     struct fb_stream out; /* writes output events' bytes */
 };
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static void show(struct progress *p, const char *line, size_t len)
 {
     if (p->json) {
-        (void)!write_all(STDOUT_FILENO, line, len);
-        (void)!write_all(STDOUT_FILENO, "\n", 1);
+        (void)!fb_write_all(STDOUT_FILENO, line, len);
+        (void)!fb_write_all(STDOUT_FILENO, "\n", 1);
     }
     cleanup_json json_t *ev = json_loadb(line, len, 0, NULL);
     const char *type = json_string_value(json_object_get(ev, "type"));

@@ -162,24 +162,6 @@ static json_t *base_config(void *ctx, const char *name, fb_error_t *err)
     return cfg;
 }
 
-/* Whether template name may be replaced: none there, or nothing uses it. */
-static int name_replaceable(struct fb_core *core, const char *name, fb_error_t *err)
-{
-    cleanup_json json_t *info = NULL;
-    cleanup_error fb_error_t e = NULL;
-    if (fb_template_inspect(core, name, &info, &e) < 0)
-        return e->kind == FB_ERR_NOT_FOUND ? 0 : fb_error_set(err, e->kind, 0, "%s", e->msg);
-    json_t *u = json_object_get(info, "used_by");
-    size_t ns = json_array_size(json_object_get(u, "sandboxes")),
-           nc = json_array_size(json_object_get(u, "checkpoints"));
-    if (ns + nc > 0)
-        return fb_error_set(
-            err, FB_ERR_CONFLICT, 0,
-            "template %s is used by %zu sandbox(es) and %zu checkpoint(s): it cannot be replaced", name, ns,
-            nc);
-    return 0;
-}
-
 int fb_build_prepare(struct fb_core *core, struct fb_build *b, const char *text, size_t len,
                      const char *default_from, fb_error_t *err)
 {
@@ -207,7 +189,7 @@ int fb_build_prepare(struct fb_core *core, struct fb_build *b, const char *text,
     } else {
         snprintf(b->base_identity, sizeof b->base_identity, "scratch");
     }
-    if (name_replaceable(core, b->name, err) < 0)
+    if (fb_template_unused(core, b->name, "it cannot be replaced", err) < 0)
         return -1;
     if (!name_reserve(b->name))
         return fb_error_set(err, FB_ERR_CONFLICT, 0, "template %s is being built already", b->name);
@@ -238,6 +220,16 @@ static void emit(struct run *r, json_t *ev)
 {
     if (ev != NULL)
         r->sink->event(r->sink->ctx, ev);
+}
+
+/* The step event of steps[i], counting it when the cache answered it. */
+static void emit_step(struct run *r, size_t i, bool cached)
+{
+    const struct fb_df_step *s = &r->b->df.steps[i];
+    r->cached_steps += cached;
+    emit(r, json_pack("{s:s, s:i, s:i, s:i, s:s, s:b}", "type", "step", "step", (int)i + 1, "of",
+                      (int)r->b->df.nsteps, "line", (int)s->line, "instruction",
+                      s->text ? s->text : fb_df_op_name(s->op), "cached", cached));
 }
 
 static void key_chain(struct run *r, const char *text, const char *extra)
@@ -398,20 +390,7 @@ static void keep_tail(struct run *r, const char *data, size_t len)
 /* The spec of a RUN's sandbox: the stage's state, the caller's network. */
 static int run_spec(struct run *r, const struct fb_df_step *s, struct fb_create_spec *spec, fb_error_t *err)
 {
-    cleanup_json json_t *env = json_object();
-    size_t i;
-    json_t *v;
-    json_array_foreach(s->st.run_env, i, v)
-    {
-        const char *kv = json_string_value(v);
-        const char *eq = kv ? strchr(kv, '=') : NULL;
-        if (eq == NULL || eq == kv || (size_t)(eq - kv) > FB_ENV_NAME_MAX)
-            continue;
-        char k[FB_ENV_NAME_MAX + 1];
-        memcpy(k, kv, (size_t)(eq - kv));
-        k[eq - kv] = '\0';
-        json_object_set_new(env, k, json_string(eq + 1));
-    }
+    cleanup_json json_t *env = fb_env_from_list(s->st.run_env, NULL);
     char user[FB_USER_MAX + 1];
     fb_strlcpy(user, s->st.user ? s->st.user : "root", sizeof user);
     char *colon = strchr(user, ':');
@@ -556,7 +535,6 @@ static int run_steps(struct run *r, fb_error_t *err, int *failed_step, int *exit
     char *text = fb_dockerfile_step_key_text(&df->steps[0]);
     key_chain(r, text ? text : "", r->b->base_identity);
     free(text);
-    int of = (int)df->nsteps;
     for (size_t i = 0; i < df->nsteps; i++) {
         const struct fb_df_step *s = &df->steps[i];
         *failed_step = (int)i + 1;
@@ -574,10 +552,7 @@ static int run_steps(struct run *r, fb_error_t *err, int *failed_step, int *exit
             cached = run_cached(r, err);
         if (err != NULL && *err != NULL)
             return -1;
-        r->cached_steps += cached;
-        emit(r, json_pack("{s:s, s:i, s:i, s:i, s:s, s:b}", "type", "step", "step", (int)i + 1, "of", of,
-                          "line", (int)s->line, "instruction", s->text ? s->text : fb_df_op_name(s->op),
-                          "cached", cached));
+        emit_step(r, i, cached);
         int rc = 0;
         if (s->op == FB_DF_RUN && !cached)
             rc = step_run(r, s, (int)i, exit_code, err);
@@ -597,7 +572,7 @@ static int install(struct run *r, fb_error_t *err)
 {
     struct fb_core *core = r->core;
     struct fb_build *b = r->b;
-    if (name_replaceable(core, b->name, err) < 0)
+    if (fb_template_unused(core, b->name, "it cannot be replaced", err) < 0)
         return -1;
     cleanup_json json_t *layers = json_deep_copy(b->base_layers);
     json_array_extend(layers, r->layers);
@@ -687,15 +662,8 @@ static bool unchanged(struct run *r)
     fb_template_row_clear(&row);
     if (!same)
         return false;
-    int of = (int)r->b->df.nsteps;
-    for (size_t i = 0; i < r->b->df.nsteps; i++) {
-        const struct fb_df_step *st = &r->b->df.steps[i];
-        bool cached = st->op == FB_DF_RUN;
-        r->cached_steps += cached;
-        emit(r, json_pack("{s:s, s:i, s:i, s:i, s:s, s:b}", "type", "step", "step", (int)i + 1, "of", of,
-                          "line", (int)st->line, "instruction", st->text ? st->text : fb_df_op_name(st->op),
-                          "cached", cached));
-    }
+    for (size_t i = 0; i < r->b->df.nsteps; i++)
+        emit_step(r, i, r->b->df.steps[i].op == FB_DF_RUN);
     return true;
 }
 

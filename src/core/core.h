@@ -213,6 +213,9 @@ int fb_template_inspect(struct fb_core *core, const char *name, json_t **out, fb
  * malformed (nothing is left behind).  *out: the template. */
 int fb_template_import(struct fb_core *core, const char *name, const char *tar_path, const char *ref,
                        json_t **out, fb_error_t *err);
+/* 0 when no sandbox (but one being deleted) and no checkpoint uses template
+ * name; else 409 naming the first of them, the message ending in then. */
+int fb_template_unused(struct fb_core *core, const char *name, const char *then, fb_error_t *err);
 /* Refused (409, naming them) while sandboxes or checkpoints use it; the
  * layers stay until fb_layers_gc. */
 int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err);

@@ -252,25 +252,32 @@ int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, bool ke
 
 /* ---- collection ---------------------------------------------------------- */
 
-/* Every digest some template lists, as a set (object keys). */
+json_t *fb_layer_counts(const struct fb_template_row *rows, size_t n)
+{
+    json_t *counts = json_object();
+    for (size_t i = 0; counts && i < n; i++) {
+        cleanup_json json_t *arr = json_loads(rows[i].layers_json ? rows[i].layers_json : "[]", 0, NULL);
+        size_t k;
+        json_t *v;
+        json_array_foreach(arr, k, v)
+        {
+            const char *d = json_string_value(v);
+            if (d == NULL)
+                continue;
+            json_object_set_new(counts, d, json_integer(json_integer_value(json_object_get(counts, d)) + 1));
+        }
+    }
+    return counts;
+}
+
+/* Every digest some template lists (object keys). */
 static json_t *referenced_layers(struct fb_core *core, fb_error_t *err)
 {
     struct fb_template_row *rows = NULL;
     size_t n = 0;
     if (fb_store_template_list(core->store, &rows, &n, err) < 0)
         return NULL;
-    json_t *set = json_object();
-    for (size_t i = 0; set != NULL && i < n; i++) {
-        json_t *arr = json_loads(rows[i].layers_json ? rows[i].layers_json : "[]", 0, NULL);
-        size_t k;
-        json_t *v;
-        json_array_foreach(arr, k, v)
-        {
-            if (json_is_string(v))
-                json_object_set_new(set, json_string_value(v), json_true());
-        }
-        json_decref(arr);
-    }
+    json_t *set = fb_layer_counts(rows, n);
     fb_template_rows_free(rows, n);
     if (set == NULL)
         fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "layer set");

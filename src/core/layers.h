@@ -15,6 +15,7 @@
 #include "../common/error.h"
 
 struct fb_core;
+struct fb_template_row;
 
 #define FB_LAYER_DIGEST_MAX 72 /* "sha256:" + 64 hex + NUL, rounded up */
 #define FB_TEMPLATE_LAYERS_MAX 127
@@ -42,6 +43,10 @@ int fb_layer_apply(struct fb_core *core, const char *digest, int dst_fd, bool ke
  * made anew with the same owners, modes and times, everything else is
  * linked.  Neither side's symlinks are followed. */
 int fb_tree_link(int src_fd, int dst_fd, fb_error_t *err);
+
+/* How many of rows list each layer: a new {digest: count} object (NULL
+ * without memory). */
+json_t *fb_layer_counts(const struct fb_template_row *rows, size_t n);
 
 /* Removes stored layers that no template lists (and the build-cache
  * entries that led to them); *out gets {"removed_layers", "freed_bytes"}.

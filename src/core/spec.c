@@ -789,3 +789,24 @@ int fb_label_selector_parse(const char *sel, char *key, size_t keylen, char *val
     key[klen] = '\0';
     return 0;
 }
+
+json_t *fb_env_from_list(json_t *list, json_t *over)
+{
+    json_t *env = json_object();
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        const char *kv = json_string_value(v);
+        const char *eq = kv ? strchr(kv, '=') : NULL;
+        if (env == NULL || eq == NULL || eq == kv || (size_t)(eq - kv) > FB_ENV_NAME_MAX)
+            continue;
+        char key[FB_ENV_NAME_MAX + 1];
+        memcpy(key, kv, (size_t)(eq - kv));
+        key[eq - kv] = '\0';
+        json_object_set_new(env, key, json_string(eq + 1));
+    }
+    if (env != NULL && over != NULL)
+        json_object_update(env, over);
+    return env;
+}

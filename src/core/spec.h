@@ -117,6 +117,11 @@ struct fb_exec_spec {
 int fb_exec_spec_parse(json_t *body, struct fb_exec_spec *out, fb_error_t *err);
 void fb_exec_spec_clear(struct fb_exec_spec *s);
 
+/* An env object from an image's ["NAME=VALUE", ...] (entries without a
+ * name skipped), with over's entries (may be NULL) on top.  New reference;
+ * NULL without memory. */
+json_t *fb_env_from_list(json_t *list, json_t *over);
+
 /* Validates a user for exec or a sandbox default: a passwd name or a
  * decimal uid below 65536.  400 naming field otherwise. */
 int fb_user_check(const char *u, fb_error_t *err);

@@ -128,25 +128,6 @@ int fb_template_rootfs(struct fb_core *core, const char *name, char *out, size_t
     return 0;
 }
 
-/* How many templates list each layer: {digest: count}. */
-static json_t *layer_counts(const struct fb_template_row *rows, size_t n)
-{
-    json_t *counts = json_object();
-    for (size_t i = 0; counts && i < n; i++) {
-        cleanup_json json_t *arr = json_loads(rows[i].layers_json ? rows[i].layers_json : "[]", 0, NULL);
-        size_t k;
-        json_t *v;
-        json_array_foreach(arr, k, v)
-        {
-            const char *d = json_string_value(v);
-            if (d == NULL)
-                continue;
-            json_object_set_new(counts, d, json_integer(json_integer_value(json_object_get(counts, d)) + 1));
-        }
-    }
-    return counts;
-}
-
 /* A template as clients see it; counts (may be NULL) tells which of its
  * layers other templates share. */
 static json_t *template_json(struct fb_core *core, const struct fb_template_row *row, json_t *counts)
@@ -197,7 +178,7 @@ int fb_templates_list(struct fb_core *core, json_t **out, fb_error_t *err)
     size_t n = 0;
     if (fb_store_template_list(core->store, &rows, &n, err) < 0)
         return -1;
-    cleanup_json json_t *counts = layer_counts(rows, n);
+    cleanup_json json_t *counts = fb_layer_counts(rows, n);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
         if (!template_hidden(rows[i].name))
@@ -240,6 +221,21 @@ static json_t *template_users(struct fb_core *core, const char *name, fb_error_t
     return json_pack("{s:o, s:o}", "sandboxes", sbx, "checkpoints", ck);
 }
 
+int fb_template_unused(struct fb_core *core, const char *name, const char *then, fb_error_t *err)
+{
+    cleanup_json json_t *users = template_users(core, name, err);
+    if (users == NULL)
+        return -1;
+    json_t *sbx = json_object_get(users, "sandboxes"), *ck = json_object_get(users, "checkpoints");
+    size_t ns = json_array_size(sbx), nc = json_array_size(ck);
+    if (ns + nc == 0)
+        return 0;
+    const char *first = json_string_value(json_array_get(ns ? sbx : ck, 0));
+    return fb_error_set(err, FB_ERR_CONFLICT, 0,
+                        "template %s is used by %zu sandbox(es) and %zu checkpoint(s) (%s%s); %s", name, ns,
+                        nc, first, ns + nc > 1 ? ", ..." : "", then);
+}
+
 int fb_template_inspect(struct fb_core *core, const char *name, json_t **out, fb_error_t *err)
 {
     if (fb_template_name_check(name, err) < 0)
@@ -249,7 +245,7 @@ int fb_template_inspect(struct fb_core *core, const char *name, json_t **out, fb
     if (fb_store_template_list(core->store, &rows, &n, err) < 0)
         return -1;
     json_t *o = NULL;
-    cleanup_json json_t *counts = layer_counts(rows, n);
+    cleanup_json json_t *counts = fb_layer_counts(rows, n);
     for (size_t i = 0; i < n && o == NULL; i++)
         if (strcmp(rows[i].name, name) == 0)
             o = template_json(core, &rows[i], counts);
@@ -420,19 +416,8 @@ int fb_template_delete(struct fb_core *core, const char *name, fb_error_t *err)
     if (fb_store_template_get(core->store, name, &row, err) < 0)
         return -1;
     fb_template_row_clear(&row);
-    cleanup_json json_t *users = template_users(core, name, err);
-    if (users == NULL)
+    if (fb_template_unused(core, name, "delete those first", err) < 0)
         return -1;
-    json_t *sbx = json_object_get(users, "sandboxes"), *ck = json_object_get(users, "checkpoints");
-    if (json_array_size(sbx) > 0 || json_array_size(ck) > 0) {
-        const char *first = json_string_value(json_array_get(json_array_size(sbx) ? sbx : ck, 0));
-        return fb_error_set(
-            err, FB_ERR_CONFLICT, 0,
-            "template %s is used by %zu sandbox(es) and %zu checkpoint(s) (%s%s); delete those "
-            "first",
-            name, json_array_size(sbx), json_array_size(ck), first,
-            json_array_size(sbx) + json_array_size(ck) > 1 ? ", ..." : "");
-    }
     if (fb_store_template_delete(core->store, name, err) < 0)
         return -1;
     if (strcmp(name, DEFAULT_TEMPLATE) == 0) {
@@ -460,31 +445,15 @@ int fb_template_defaults(struct fb_core *core, struct fb_create_spec *spec, fb_e
     if (!json_is_object(cfg))
         return 0;
     json_t *env = json_object_get(cfg, "env");
-    size_t i;
-    json_t *v;
     if (json_array_size(env) > 0) {
-        json_t *merged = json_object();
-        json_array_foreach(env, i, v)
-        {
-            const char *kv = json_string_value(v);
-            const char *eq = kv ? strchr(kv, '=') : NULL;
-            if (eq == NULL || eq == kv)
-                continue;
-            char key[FB_ENV_NAME_MAX + 1];
-            if ((size_t)(eq - kv) > FB_ENV_NAME_MAX)
-                continue;
-            memcpy(key, kv, (size_t)(eq - kv));
-            key[eq - kv] = '\0';
-            json_object_set_new(merged, key, json_string(eq + 1));
-        }
-        if (spec->env != NULL)
-            json_object_update(merged, spec->env);
+        json_t *merged = fb_env_from_list(env, spec->env);
+        if (merged == NULL)
+            return fb_error_set(err, FB_ERR_INTERNAL, ENOMEM, "env");
         json_decref(spec->env);
         spec->env = merged;
         if (json_object_size(merged) > FB_ENV_MAX)
             return fb_error_set(err, FB_ERR_BAD_REQUEST, 0,
-                                "env: the template's and the request's together "
-                                "exceed %d variables",
+                                "env: the template's and the request's together exceed %d variables",
                                 FB_ENV_MAX);
     }
     const char *wd = json_string_value(json_object_get(cfg, "workdir"));
